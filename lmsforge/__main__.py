@@ -1,0 +1,3 @@
+from lmsforge.cli import main
+
+main()

@@ -1,0 +1,205 @@
+"""Command-line parsing and dispatch only; each command lives in ``lmsforge/commands/``."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import Callable
+
+import click
+
+from lmsforge import __version__, ui
+from lmsforge.errors import EXIT_USAGE, LmsforgeError
+from lmsforge.options import Options
+from lmsforge.verify.levels import LEVELS
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _invoke(ctx: click.Context, action: Callable[[Options], int]) -> None:
+    opts: Options = ctx.obj
+    try:
+        code = action(opts)
+    except LmsforgeError as exc:
+        ui.error(str(exc))
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        ui.error("interrupted; nothing half-done was kept (run the command again)")
+        code = 130
+    except Exception:  # an lmsforge bug: one line for the user, the traceback in a file
+        log = opts.cache.root / "logs" / "last-error.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(traceback.format_exc())
+        ui.error(f"internal error: {sys.exc_info()[1]!r}; full traceback in {log}")
+        code = 1
+    ctx.exit(code)
+
+
+framework_opt = click.option("--framework", "-f", required=True, metavar="NAME",
+                             help="Framework: pytorch or tensorflow.")
+tag_opt = click.option("--tag", "-t", required=True, metavar="TAG",
+                       help="Upstream release tag, e.g. v2.6.0.")
+json_opt = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def source_options(func: Callable[..., object]) -> Callable[..., object]:
+    func = click.option("--mirror", metavar="PATH_OR_URL",
+                        help="Fetch the tag from this git mirror instead of the upstream remote "
+                             "(air-gapped sites).")(func)
+    func = click.option("--archive", type=click.Path(dir_okay=False, path_type=Path),
+                        help="Use this local copy of the tag's declared source archive "
+                             "(its sha256 is checked).")(func)
+    func = click.option("--source", type=click.Choice(["auto", "archive", "git"]),
+                        default="auto", show_default=True,
+                        help="Which declared source serves the tree; auto = the archive unless "
+                             "a mirror is given.")(func)
+    return func
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(__version__, prog_name="lmsforge")
+@click.option("--patches-dir", type=click.Path(file_okay=False, path_type=Path),
+              envvar="LMSFORGE_PATCHES_DIR",
+              help="Root of the series folders [default: the repository's patches/].")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
+              envvar="LMSFORGE_CACHE_DIR",
+              help="Cache for downloads, trees and builds [default: ~/.cache/lmsforge].")
+@click.option("--jobs", "-j", type=click.IntRange(1), envvar="LMSFORGE_JOBS",
+              help="Parallel compile jobs [default: number of CPUs].")
+@click.pass_context
+def main(ctx: click.Context, patches_dir: Path | None, cache_dir: Path | None,
+         jobs: int | None) -> None:
+    """lmsforge: Large Model Support for PyTorch and TensorFlow, carried across releases.
+
+    \b
+    Quick start:
+      lmsforge list
+      lmsforge fetch --framework pytorch --tag v2.6.0
+      lmsforge verify --framework pytorch --tag v2.6.0 --level core-cpu
+      lmsforge apply --framework pytorch --tag v2.6.0 --into ./pytorch-lms
+
+    Exit codes: 0 success, 1 the thing checked failed, 2 bad usage or input,
+    3 stopped for you (a port conflict to resolve).
+    """
+    ctx.obj = Options.resolve(patches_dir, cache_dir, jobs)
+
+
+@main.command("list")
+@json_opt
+@click.pass_context
+def list_(ctx: click.Context, as_json: bool) -> None:
+    """Frameworks, tags, series, their upstream sources and last verification results.
+
+    Example: lmsforge list --json
+    """
+    from lmsforge.commands import list_cmd
+
+    _invoke(ctx, lambda opts: list_cmd.run(opts, as_json))
+
+
+@main.command()
+@framework_opt
+@tag_opt
+@source_options
+@json_opt
+@click.pass_context
+def fetch(ctx: click.Context, framework: str, tag: str, source: str, archive: Path | None,
+          mirror: str | None, as_json: bool) -> None:
+    """Put the upstream tree of TAG in the cache and print its verified identity.
+
+    Example: lmsforge fetch --framework pytorch --tag v2.6.0
+    """
+    from lmsforge.commands import fetch as command
+
+    _invoke(ctx, lambda opts: command.run(opts, framework, tag, source, archive, mirror,
+                                          as_json))
+
+
+@main.command()
+@framework_opt
+@tag_opt
+@click.option("--into", type=click.Path(file_okay=True, path_type=Path),
+              help="Folder for the work tree: new, empty, or a clean git work tree "
+                   "[default: ./lms-<framework>-<tag>].")
+@click.option("--new", is_flag=True,
+              help="Start a new series: the work tree at TAG with no patches (for a first "
+                   "series; to carry an existing one to TAG use `lmsforge port`).")
+@source_options
+@click.pass_context
+def apply(ctx: click.Context, framework: str, tag: str, into: Path | None, new: bool,
+          source: str, archive: Path | None, mirror: str | None) -> None:
+    """Make a work tree at TAG with the LMS series applied as commits on lms/<framework>/<tag>.
+
+    Example: lmsforge apply --framework pytorch --tag v2.6.0 --into ./pytorch-lms
+    """
+    from lmsforge.commands import apply as command
+
+    _invoke(ctx, lambda opts: command.run(opts, framework, tag, into, source, archive, mirror,
+                                          new))
+
+
+@main.command()
+@click.option("--framework", "-f", metavar="NAME", help="Only this framework [default: all].")
+@click.option("--tag", "-t", metavar="TAG", help="Only this tag [default: every series].")
+@click.option("--level", "-l", type=click.Choice(LEVELS), default="apply", show_default=True,
+              help="Run this level and every level below it.")
+@click.option("--require", is_flag=True,
+              help="Exit non-zero when the requested level could not run (e.g. no GPU).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the JSON report to this file.")
+@source_options
+@json_opt
+@click.pass_context
+def verify(ctx: click.Context, framework: str | None, tag: str | None, level: str,
+           require: bool, report_path: Path | None, source: str, archive: Path | None,
+           mirror: str | None, as_json: bool) -> None:
+    """Run verification levels (apply, compile, core-cpu, core-gpu, full) on series.
+
+    Example: lmsforge verify --framework pytorch --tag v2.6.0 --level core-cpu
+    """
+    from lmsforge.commands import verify as command
+
+    fetch_kwargs = {"prefer": source, "archive_file": archive, "mirror": mirror}
+    _invoke(ctx, lambda opts: command.run(opts, framework, tag, level, require, as_json,
+                                          report_path, fetch_kwargs))
+
+
+@main.command()
+@framework_opt
+@tag_opt
+@click.option("--tree", "tree_path", type=click.Path(file_okay=False, path_type=Path),
+              help="The work tree made by `lmsforge apply` [default: ./lms-<framework>-<tag>].")
+@click.pass_context
+def export(ctx: click.Context, framework: str, tag: str, tree_path: Path | None) -> None:
+    """Write branch lms/<framework>/<tag> back to patches/<framework>/<tag>/ (deterministic).
+
+    Example: lmsforge export --framework pytorch --tag v2.6.0 --tree ./pytorch-lms
+    """
+    from lmsforge.commands import export as command
+
+    _invoke(ctx, lambda opts: command.run(opts, framework, tag, tree_path))
+
+
+@main.command()
+@click.option("--tree", "tree_path", type=click.Path(file_okay=False, path_type=Path),
+              help="The work tree made by `lmsforge apply` [default: the current folder].")
+@json_opt
+@click.pass_context
+def status(ctx: click.Context, tree_path: Path | None, as_json: bool) -> None:
+    """Where a work tree stands: branch, commits, sync with the patch files, last verify.
+
+    Example: lmsforge status --tree ./pytorch-lms --json
+    """
+    from lmsforge.commands import status as command
+
+    _invoke(ctx, lambda opts: command.run(opts, tree_path, as_json))
+
+
+def run() -> None:
+    try:
+        main(standalone_mode=True)
+    except SystemExit:
+        raise
+    except click.exceptions.Abort:
+        sys.exit(EXIT_USAGE)

@@ -1,0 +1,66 @@
+"""`lmsforge list`: frameworks, tags, series, upstream sources, last verification results."""
+
+from __future__ import annotations
+
+from lmsforge import frameworks, series as series_mod, ui
+from lmsforge.options import Options
+from lmsforge.sources import TagSource
+from lmsforge.verify import runner
+
+
+def collect(opts: Options) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for name in frameworks.known(opts.patches_dir):
+        sources = frameworks.sources_for(opts.patches_dir, name)
+        for tag in frameworks.known_tags(opts.patches_dir, sources):
+            spec = sources.tags.get(tag) or TagSource(tag, None, None)
+            folder = series_mod.find(opts.patches_dir, name, tag)
+            has_series = (folder / series_mod.MANIFEST).is_file()
+            entry: dict[str, object] = {
+                "framework": name,
+                "tag": tag,
+                "series": str(folder) if has_series else None,
+                "patches": len(list(folder.glob("*.patch"))) if has_series else 0,
+                "sources": _sources_json(sources.git_url, spec),
+            }
+            report = runner.last_report(opts, name, tag)
+            entry["last_verify"] = ({r["level"]: r["status"] for r in report["results"]}
+                                    if report else None)
+            rows.append(entry)
+    return rows
+
+
+def _sources_json(git_url: str, spec: TagSource) -> list[dict[str, object]]:
+    sources: list[dict[str, object]] = []
+    if spec.archive:
+        a = spec.archive
+        sources.append({"kind": "archive", "name": a.name, "sha256": a.sha256, "top": a.top,
+                        "url": a.url,
+                        "debian": f"{a.debian.package}={a.debian.version}" if a.debian else None,
+                        "lacks": list(a.lacks), "complete": a.complete})
+    sources.append({"kind": "git", "url": git_url, "tag": spec.tag, "commit": spec.commit})
+    return sources
+
+
+def run(opts: Options, as_json: bool) -> int:
+    rows = collect(opts)
+    if as_json:
+        ui.print_json({"patches_dir": str(opts.patches_dir), "series": rows})
+        return 0
+    table_rows = []
+    for row in rows:
+        kinds = []
+        for src in row["sources"]:  # type: ignore[union-attr]
+            if src["kind"] == "archive":
+                kinds.append(f"archive {src['name']} ({src['sha256'][:12]}…)")
+            else:
+                kinds.append(f"git {src['commit'][:12] if src['commit'] else '(unpinned)'}")
+        last = row["last_verify"]
+        table_rows.append([
+            str(row["framework"]), str(row["tag"]),
+            f"{row['patches']} patches" if row["series"] else "no series yet",
+            "\n".join(kinds),
+            ", ".join(f"{k}:{v}" for k, v in last.items()) if last else "-",  # type: ignore
+        ])
+    ui.table(None, ["framework", "tag", "series", "sources", "last verify"], table_rows)
+    return 0

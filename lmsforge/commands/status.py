@@ -1,0 +1,82 @@
+"""`lmsforge status`: where a work tree and its series stand."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from lmsforge import export, git, series as series_mod, ui, worktree
+from lmsforge.errors import UsageError
+from lmsforge.options import Options
+from lmsforge.verify import runner
+
+
+def collect(opts: Options, tree_path: Path) -> dict[str, object]:
+    tree = worktree.read_meta(tree_path)
+    if tree is None:
+        raise UsageError(f"{tree_path} is not a work tree made by `lmsforge apply`; pass --tree "
+                         "DIR")
+    branch_exists = git.rev_parse(tree_path, tree.branch) is not None
+    commits = (len(git.out(["rev-list", f"{tree.base}..{tree.branch}"], tree_path).splitlines())
+               if branch_exists else 0)
+    folder = series_mod.find(opts.patches_dir, tree.framework, tree.tag)
+    state = "no series folder"
+    if branch_exists and (folder / series_mod.MANIFEST).is_file():
+        state = _sync_state(tree, folder)
+    report = runner.last_report(opts, tree.framework, tree.tag)
+    return {
+        "tree": str(tree_path),
+        "framework": tree.framework,
+        "tag": tree.tag,
+        "base": tree.base,
+        "source": tree.identity.get("kind"),
+        "branch": tree.branch,
+        "branch_exists": branch_exists,
+        "current_branch": git.current_branch(tree_path),
+        "commits": commits,
+        "dirty": git.is_dirty(tree_path),
+        "operation_in_progress": git.in_progress_operation(tree_path),
+        "series": str(folder),
+        "series_state": state,
+        "last_verify": ({r["level"]: r["status"] for r in report["results"]} if report else None),
+    }
+
+
+def _sync_state(tree: worktree.WorkTree, folder: Path) -> str:
+    """Whether the branch and the committed patch files say the same thing."""
+    try:
+        current = series_mod.load(folder, check_patch_ids=False)
+    except UsageError:
+        return "series folder is invalid"
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            entries = export.format_patches(tree.path, tree.base, tree.branch, Path(tmp))
+        except UsageError as exc:
+            return f"branch cannot be exported: {exc}"
+        names = [e.file for e in entries]
+        if names != [p.file for p in current.patches] or \
+                export.same_files(Path(tmp), folder, names):
+            return "branch has changes not exported (run `lmsforge export`)"
+    return "in sync (export would change nothing)"
+
+
+def run(opts: Options, tree_path: Path | None, as_json: bool) -> int:
+    path = (tree_path or Path.cwd()).absolute()
+    if tree_path is None and worktree.read_meta(path) is None:
+        raise UsageError(f"{path} is not a work tree made by `lmsforge apply`; pass --tree DIR")
+    data = collect(opts, path)
+    if as_json:
+        ui.print_json(data)
+        return 0
+    ui.out.print(f"{data['framework']} {data['tag']} in {data['tree']}")
+    ui.out.print(f"  base      {data['base']} ({data['source']} source)")
+    ui.out.print(f"  branch    {data['branch']}: {data['commits']} commits"
+                 + ("" if data["branch_exists"] else " (missing)"))
+    ui.out.print(f"  work tree {'dirty' if data['dirty'] else 'clean'}"
+                 + (f", {data['operation_in_progress']} in progress"
+                    if data["operation_in_progress"] else ""))
+    ui.out.print(f"  series    {data['series_state']}")
+    last = data["last_verify"]
+    ui.out.print("  verify    " + (", ".join(f"{k}: {v}" for k, v in last.items())  # type: ignore
+                                   if last else "never run"))
+    return 0

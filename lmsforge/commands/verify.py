@@ -1,0 +1,58 @@
+"""`lmsforge verify`: run verification levels for one series or all of them; table + JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lmsforge import frameworks, series as series_mod, ui
+from lmsforge.errors import UsageError
+from lmsforge.options import Options
+from lmsforge.verify import runner
+from lmsforge.verify.levels import FAIL, SKIPPED
+
+
+def selected_series(opts: Options, framework: str | None, tag: str | None) -> list[tuple[str, str]]:
+    if tag and not framework:
+        raise UsageError("--tag needs --framework")
+    names = [framework] if framework else frameworks.known(opts.patches_dir)
+    chosen = []
+    for name in names:
+        sources = frameworks.sources_for(opts.patches_dir, name)
+        if tag:
+            frameworks.series_folder(opts.patches_dir, sources, tag)
+            chosen.append((name, tag))
+        else:
+            chosen.extend((name, t) for t in series_mod.available_tags(opts.patches_dir, name))
+    if not chosen:
+        raise UsageError(f"no series to verify under {opts.patches_dir}")
+    return chosen
+
+
+def run(opts: Options, framework: str | None, tag: str | None, level: str, require: bool,
+        as_json: bool, report_path: Path | None, fetch_kwargs: dict[str, object]) -> int:
+    reports = []
+    for name, series_tag in selected_series(opts, framework, tag):
+        reports.append(runner.verify_series(opts, name, series_tag, level, ui.say, fetch_kwargs))
+    data = {"level": level, "series": [r.to_json() for r in reports]}
+    if report_path:
+        report_path.write_text(json.dumps(data, indent=2) + "\n")
+    if as_json:
+        ui.print_json(data)
+    else:
+        rows = []
+        for report in reports:
+            for result in report.results:
+                rows.append([f"{report.framework} {report.tag}", result.level, result.status,
+                             f"{result.seconds:.1f}", result.detail])
+        ui.table(f"lmsforge verify --level {level}",
+                 ["series", "level", "result", "seconds", "detail"], rows)
+    failed = any(r.failed for r in reports)
+    unmet = require and any(res.level == level and res.status == SKIPPED
+                            for r in reports for res in r.results)
+    if unmet and not as_json:
+        ui.error(f"level {level} was required but skipped (see the reason above)")
+    return 1 if failed or unmet else 0
+
+
+__all__ = ["run", "FAIL"]

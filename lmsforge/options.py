@@ -1,0 +1,41 @@
+"""Settings resolved once (command line > environment > defaults) into one frozen object."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmsforge.cache import Cache, default_cache_dir
+
+PACKAGE_ROOT = Path(__file__).resolve().parent
+
+
+def default_patches_dir() -> Path:
+    env = os.environ.get("LMSFORGE_PATCHES_DIR")
+    if env:
+        return Path(env).expanduser().resolve()
+    bundled = PACKAGE_ROOT.parent / "patches"  # a source checkout (pip install -e .)
+    if bundled.is_dir():
+        return bundled
+    return (Path.cwd() / "patches").resolve()
+
+
+def default_jobs() -> int:
+    return max(1, int(os.environ.get("LMSFORGE_JOBS", os.cpu_count() or 1)))
+
+
+@dataclass(frozen=True)
+class Options:
+    patches_dir: Path
+    cache: Cache
+    jobs: int
+
+    @classmethod
+    def resolve(cls, patches_dir: Path | None, cache_dir: Path | None,
+                jobs: int | None = None) -> "Options":
+        return cls(
+            patches_dir=(patches_dir.resolve() if patches_dir else default_patches_dir()),
+            cache=Cache(cache_dir.resolve() if cache_dir else default_cache_dir()),
+            jobs=jobs or default_jobs(),
+        )

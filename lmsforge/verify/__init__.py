@@ -1,0 +1,1 @@
+"""Verification levels (``verification.md``): apply, compile, core-cpu, core-gpu, full."""

@@ -1,0 +1,52 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from fixtures import build_series, make_archive, make_upstream, write_upstream_yaml  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test gets its own cache and no inherited lmsforge settings."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LMSFORGE_CACHE_DIR", str(cache))
+    monkeypatch.delenv("LMSFORGE_PATCHES_DIR", raising=False)
+    return cache
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> dict[str, Path]:
+    """A toy upstream (git, three tags), an archive of v1.0.0, and a patches dir declaring both."""
+    upstream = make_upstream(tmp_path)
+    archive = make_archive(upstream, "v1.0.0", tmp_path / "dist")
+    patches = tmp_path / "patches"
+    write_upstream_yaml(patches, upstream, archive)
+    return {"upstream": upstream, "patches": patches, "archive": archive[0],
+            "work": tmp_path / "work", "root": tmp_path}
+
+
+@pytest.fixture
+def toy_series(toy: dict[str, Path]) -> dict[str, Path]:
+    """The toy setup plus an exported three-patch series for v1.0.0 and its work tree."""
+    toy["tree"] = build_series(toy["patches"], toy["work"])
+    toy["series"] = toy["patches"] / "toy" / "v1.0.0"
+    return toy
+
+
+def real_test_cache() -> Path:
+    """Downloads of real upstream archives, shared by every test run on this machine."""
+    env = os.environ.get("LMSFORGE_TEST_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "lmsforge-test"
+
+
+@pytest.fixture(scope="session")
+def real_cache_dir() -> Path:
+    path = real_test_cache()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
