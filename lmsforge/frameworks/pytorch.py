@@ -1,0 +1,116 @@
+"""PyTorch's verification levels above `apply` (``verification.md``).
+
+`compile` builds c10 + c10_cuda from the patched tree; `core-cpu` and `core-gpu` build and run
+the series' own googletest files against them. All levels share one incremental build folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from lmsforge.cache import default_cache_dir
+from lmsforge.errors import LmsforgeError, UsageError
+from lmsforge.verify.levels import (FAIL, LEVELS, PASS, SKIPPED, LevelContext, LevelResult, Timer,
+                                    have_cuda_device, skipped)
+from lmsforge.verify.pytorch_c10 import build, gtest
+
+BUILD_SUBDIR = "c10-build"
+# Submodules a full build cannot do without; source archives (Debian's dfsg tarballs) lack them.
+FULL_BUILD_SUBMODULES = ("third_party/pybind11", "third_party/cpuinfo", "third_party/fmt",
+                         "third_party/cutlass")
+MAX_FAILURES_NAMED = 3
+
+
+def run_level(level: str, ctx: LevelContext) -> LevelResult:
+    runner = _RUNNERS.get(level)
+    if runner is None:
+        raise UsageError(f"pytorch has no level runner for {level!r}; "
+                         f"choose one of {', '.join(_RUNNERS)}")
+    with Timer() as timer:
+        try:
+            result = runner(ctx)
+        except LmsforgeError as error:
+            result = LevelResult(level, FAIL, detail=str(error), log=str(ctx.log_path(level)))
+    if result.status != SKIPPED:
+        result.seconds = timer.seconds
+    return result
+
+
+def _compile(ctx: LevelContext) -> LevelResult:
+    ctx.say(f"compile: building c10 + c10_cuda in {_build_dir(ctx)}")
+    built = _build(ctx, "compile", build.LIBRARIES)
+    tus = build.count_tus(_build_dir(ctx), build.LIBRARIES)
+    return LevelResult("compile", PASS,
+                       detail=f"c10 + c10_cuda built ({tus} TUs, {built.tus} recompiled)",
+                       facts={"tus": tus, "tus_compiled": built.tus,
+                              "build_seconds": round(built.seconds, 1)},
+                       log=str(built.log))
+
+
+def _core_cpu(ctx: LevelContext) -> LevelResult:
+    return _run_suite(ctx, "core-cpu", "core")
+
+
+def _core_gpu(ctx: LevelContext) -> LevelResult:
+    have_device, why = have_cuda_device()
+    if not have_device:
+        return skipped("core-gpu", why)
+    return _run_suite(ctx, "core-gpu", "cuda")
+
+
+def _full(ctx: LevelContext) -> LevelResult:
+    reasons = ["needs a GPU build host: use the `full` recipe profile"]
+    if any(not _non_empty_dir(ctx.tree / path) for path in FULL_BUILD_SUBMODULES):
+        reasons.append("source archive lacks third_party/ for a full build")
+    return skipped("full", "; ".join(reasons))
+
+
+def _run_suite(ctx: LevelContext, level: str, suite: str) -> LevelResult:
+    spec = build.SUITES[suite]
+    sources = build.test_sources(ctx.tree, suite)
+    if not sources:
+        return LevelResult(level, FAIL, detail=f"no LMS test sources ({spec.sources}) in the "
+                                               "tree; a level never passes without tests")
+    ctx.say(f"{level}: building {spec.target} from {len(sources)} test files")
+    built = _build(ctx, level, [*build.LIBRARIES, spec.target])
+    ctx.say(f"{level}: running {spec.target}")
+    run = gtest.run_gtest(_build_dir(ctx) / spec.target, log=built.log,
+                          json_path=ctx.work_dir / f"{level}.json", append=True)
+    report = run.report
+    facts = {"tests_passed": report.passed, "tests_failed": report.failed,
+             "tests_skipped": report.skipped, "tests_disabled": report.disabled,
+             "test_files": len(sources), "tus_compiled": built.tus,
+             "build_seconds": round(built.seconds, 1), "test_seconds": round(run.seconds, 1)}
+    ran = report.passed + report.failed
+    if report.failed:
+        named = ", ".join(report.failures[:MAX_FAILURES_NAMED])
+        more = len(report.failures) - MAX_FAILURES_NAMED
+        named += f" and {more} more" if more > 0 else ""
+        status, detail = FAIL, f"{report.failed} of {ran} tests failed: {named}"
+    elif report.passed == 0:
+        status, detail = FAIL, f"no test passed ({report.skipped} skipped)"
+    else:
+        status, detail = PASS, f"{report.passed} tests passed"
+        if report.skipped:
+            detail += f", {report.skipped} skipped"
+    return LevelResult(level, status, detail=detail, facts=facts, log=str(built.log))
+
+
+def _build(ctx: LevelContext, level: str, targets: tuple[str, ...] | list[str]) -> build.BuildResult:
+    return build.build(ctx.tree, _build_dir(ctx), targets, cache_root=default_cache_dir(),
+                       jobs=ctx.jobs, log=ctx.log_path(level))
+
+
+def _build_dir(ctx: LevelContext) -> Path:
+    return ctx.work_dir / BUILD_SUBDIR
+
+
+def _non_empty_dir(path: Path) -> bool:
+    return path.is_dir() and any(path.iterdir())
+
+
+_RUNNERS: dict[str, Callable[[LevelContext], LevelResult]] = {
+    "compile": _compile, "core-cpu": _core_cpu, "core-gpu": _core_gpu, "full": _full,
+}
+assert set(_RUNNERS) == set(LEVELS) - {"apply"}

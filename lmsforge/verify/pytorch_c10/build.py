@@ -1,0 +1,101 @@
+"""Configure and build c10, c10_cuda and the LMS test programs of a PyTorch tree with CMake."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple, Sequence
+
+from lmsforge.errors import CheckFailed, LmsforgeError
+from lmsforge.verify.levels import Timer
+from lmsforge.verify.pytorch_c10 import inputs
+from lmsforge.verify.pytorch_c10.process import run_logged
+
+CMAKE_DIR = Path(__file__).resolve().parent
+LIBRARIES = ("c10", "c10_cuda")
+
+
+@dataclass(frozen=True)
+class TestSuite:
+    target: str
+    sources: str  # glob relative to the tree root; CMakeLists.txt globs the same
+    cuda: bool
+
+
+SUITES = {
+    "core": TestSuite("lms_core_tests", "c10/test/core/LargeModelSupport*_test.cpp", False),
+    "cuda": TestSuite("lms_cuda_tests", "c10/cuda/test/LargeModelSupport*_test.cpp", True),
+}
+
+
+class BuildResult(NamedTuple):
+    seconds: float
+    tus: int  # translation units compiled by this build (0 when everything was up to date)
+    log: Path
+
+
+def test_sources(tree: Path, suite: str) -> list[Path]:
+    return sorted(tree.glob(SUITES[suite].sources))
+
+
+def build(tree: Path, build_dir: Path, targets: Sequence[str], *, cache_root: Path,
+          jobs: int = 2, cuda: bool = True, log: Path | None = None,
+          echo: bool = False) -> BuildResult:
+    """Configure BUILD_DIR for TREE (again, cheaply, if it exists) and build TARGETS."""
+    for tool, package in (("cmake", "cmake"), ("ninja", "ninja-build")):
+        if shutil.which(tool) is None:
+            raise LmsforgeError(f"{tool} not found: install the Debian package {package}")
+    inputs.ensure_debian_packages()
+    configure = ["cmake", "-G", "Ninja", "-S", CMAKE_DIR, "-B", build_dir,
+                 f"-DTORCH_SRC={tree.resolve()}", "-DCMAKE_BUILD_TYPE=Release",
+                 f"-DLMS_BUILD_CUDA={'ON' if cuda else 'OFF'}"]
+    if cuda:
+        configure += [f"-DCUDAToolkit_ROOT={inputs.ensure_cuda_toolkit()}",
+                      f"-DNVML_INCLUDE_DIR={inputs.nvml_include_dir(cache_root)}"]
+    build_dir.mkdir(parents=True, exist_ok=True)
+    log = log or build_dir / "build.log"
+    with open(log, "w") as out, Timer() as timer:
+        configured = run_logged(configure, out, echo=echo)
+        if configured.returncode != 0:
+            raise CheckFailed(f"cmake configure failed: {first_error(configured.lines)}; "
+                              f"full log: {log}")
+        built = run_logged(["ninja", "-C", build_dir, f"-j{jobs}", *targets], out, echo=echo)
+    if built.returncode != 0:
+        raise CheckFailed(f"building {' '.join(targets)} failed: {first_error(built.lines)}; "
+                          f"full log: {log}")
+    return BuildResult(timer.seconds, count_compiled(built.lines), log)
+
+
+def count_tus(build_dir: Path, targets: Sequence[str]) -> int:
+    """How many translation units TARGETS are made of, whether or not they need rebuilding."""
+    proc = subprocess.run(["ninja", "-C", str(build_dir), "-t", "commands", *targets],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise LmsforgeError(f"`ninja -t commands` failed in {build_dir}: "
+                            f"{first_error(proc.stderr.splitlines())}; delete the folder")
+    return sum(1 for line in proc.stdout.splitlines() if " -c " in line)
+
+
+_COMPILED = re.compile(r"^\[\d+/\d+\] Building CXX object ")
+
+
+def count_compiled(ninja_lines: Sequence[str]) -> int:
+    return sum(1 for line in ninja_lines if _COMPILED.match(line))
+
+
+def first_error(lines: Sequence[str]) -> str:
+    """The line of a compiler, linker or cmake log that best says what went wrong."""
+    for marker in ("undefined reference to", ": error:", ": fatal error:", "CMake Error"):
+        for index, line in enumerate(lines):
+            if marker in line:
+                if marker == "CMake Error":
+                    following = [rest.strip() for rest in lines[index + 1:] if rest.strip()]
+                    return following[0] if following else line.strip()
+                return line.strip()
+    for line in lines:
+        if line.startswith("FAILED: "):
+            return line.strip()
+    return lines[-1].strip() if lines else "no output"

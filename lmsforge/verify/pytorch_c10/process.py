@@ -1,0 +1,55 @@
+"""Run a command with its output going to a log file (and optionally the terminal) as it comes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, NamedTuple, Sequence
+
+
+class Finished(NamedTuple):
+    returncode: int
+    lines: list[str]
+    timed_out: bool
+
+
+def run_logged(cmd: Sequence[str], log: IO[str], *, echo: bool = False,
+               timeout: float | None = None, cwd: Path | None = None) -> Finished:
+    log.write(f"$ {' '.join(str(part) for part in cmd)}\n")
+    log.flush()
+    proc = subprocess.Popen([str(part) for part in cmd], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace",
+                            start_new_session=True)
+    timed_out = threading.Event()
+
+    def kill() -> None:
+        timed_out.set()
+        # The whole group: a test program may have started helpers of its own.
+        os.killpg(proc.pid, signal.SIGKILL)
+
+    timer = threading.Timer(timeout, kill) if timeout else None
+    if timer:
+        timer.start()
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            log.write(line)
+            if echo:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+        returncode = proc.wait()
+    finally:
+        if timer:
+            timer.cancel()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log.write(f"[exit code {returncode}]\n")
+    log.flush()
+    return Finished(returncode, lines, timed_out.is_set())
