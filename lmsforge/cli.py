@@ -196,6 +196,42 @@ def status(ctx: click.Context, tree_path: Path | None, as_json: bool) -> None:
     _invoke(ctx, lambda opts: command.run(opts, tree_path, as_json))
 
 
+@main.command()
+@click.option("--framework", "-f", metavar="NAME", help="Framework (to start a port).")
+@click.option("--from", "from_tag", metavar="TAG", help="Tag whose series is ported.")
+@click.option("--to", "to_tag", metavar="TAG", help="Tag to port the series to.")
+@click.option("--into", type=click.Path(file_okay=True, path_type=Path),
+              help="The port's work tree [default: ./lms-port-<framework>-<to>].")
+@click.option("--continue", "continue_", is_flag=True,
+              help="Go on after resolving a conflict (refused while conflict markers remain).")
+@click.option("--skip", is_flag=True, help="Leave out the patch the port stopped at.")
+@click.option("--reason", metavar="TEXT", help="Why --skip (recorded in series.yaml).")
+@click.option("--abort", is_flag=True, help="Stop the port and remove its work tree.")
+@click.option("--status", "show_status", is_flag=True, help="Show where the port stands.")
+@source_options
+@click.pass_context
+def port(ctx: click.Context, framework: str | None, from_tag: str | None, to_tag: str | None,
+         into: Path | None, continue_: bool, skip: bool, reason: str | None, abort: bool,
+         show_status: bool, source: str, archive: Path | None, mirror: str | None) -> None:
+    """Carry the series of --from to the tag --to; stops (exit 3) on conflicts to resolve.
+
+    Example: lmsforge port --framework pytorch --from v2.6.0 --to v1.13.1 --into ./port
+    """
+    from lmsforge.commands import port as command
+
+    actions = [name for name, on in (("continue", continue_), ("skip", skip), ("abort", abort),
+                                     ("status", show_status)) if on]
+    if len(actions) > 1:
+        raise click.UsageError("choose one of --continue, --skip, --abort, --status")
+    action = actions[0] if actions else "start"
+    fetch_kwargs = {"prefer": source, "archive_file": archive, "mirror": mirror}
+    if archive:
+        raise click.UsageError("--archive is ambiguous for a port (two tags): put each archive "
+                               "in the cache with `lmsforge fetch --archive FILE` first")
+    _invoke(ctx, lambda opts: command.run(opts, framework, from_tag, to_tag, into, action, reason,
+                                          fetch_kwargs))
+
+
 def run() -> None:
     try:
         main(standalone_mode=True)

@@ -50,3 +50,29 @@ def real_cache_dir() -> Path:
     path = real_test_cache()
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _apply_real_series(framework: str, tag: str, into: Path) -> Path:
+    """A work tree of the real upstream tag with the bundled series, made by `lmsforge apply`."""
+    from fixtures import lmsforge
+
+    result = lmsforge("--cache-dir", str(real_test_cache()), "apply", "--framework", framework,
+                      "--tag", tag, "--into", str(into))
+    assert result.exit_code == 0, result.output
+    return into
+
+
+@pytest.fixture(scope="session")
+def pytorch_v260_lms_tree(tmp_path_factory: pytest.TempPathFactory, real_cache_dir: Path) -> Path:
+    """The real PyTorch v2.6.0 tree with patches/pytorch/v2.6.0 applied (read-only for tests)."""
+    return _apply_real_series("pytorch", "v2.6.0", tmp_path_factory.mktemp("pt260") / "tree")
+
+
+@pytest.fixture(scope="session")
+def tensorflow_v2141_lms_tree(tmp_path_factory: pytest.TempPathFactory,
+                              real_cache_dir: Path) -> Path:
+    """The real TensorFlow v2.14.1 tree with patches/tensorflow/v2.14.1 applied (read-only)."""
+    if not (REPO_ROOT / "patches" / "tensorflow" / "v2.14.1" / "series.yaml").is_file():
+        pytest.skip("no TensorFlow v2.14.1 series in patches/ yet")
+    return _apply_real_series("tensorflow", "v2.14.1",
+                              tmp_path_factory.mktemp("tf2141") / "tree")

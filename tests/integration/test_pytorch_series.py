@@ -1,0 +1,57 @@
+"""The PyTorch v2.6.0 LMS series on the real tree: every CPU level, and proof the tests can fail."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fixtures import lmsforge
+from lmsforge import series as series_mod
+from lmsforge.frameworks import pytorch
+from lmsforge.verify.levels import FAIL, PASS, LevelContext
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+SERIES = REPO / "patches" / "pytorch" / "v2.6.0"
+MUTATIONS = REPO / "tests" / "data" / "mutations" / "pytorch-v2.6.0"
+
+
+def test_series_verifies_through_core_cpu(real_cache_dir, tmp_path):
+    report = tmp_path / "verify.json"
+    result = lmsforge("--cache-dir", str(real_cache_dir), "verify", "--framework", "pytorch",
+                      "--tag", "v2.6.0", "--level", "core-cpu", "--report", str(report))
+    print(result.stdout)
+    assert result.exit_code == 0, result.output
+    (entry,) = json.loads(report.read_text())["series"]
+    levels = {r["level"]: r for r in entry["results"]}
+    assert [r["status"] for r in levels.values()] == [PASS, PASS, PASS]
+    assert levels["core-cpu"]["facts"]["tests_passed"] > 0
+    assert levels["core-cpu"]["facts"]["tests_failed"] == 0
+    # The rebase surface is measured, and stays within the design's budget.
+    assert levels["apply"]["facts"]["upstream_lines"] <= 400
+    assert entry["series_hash"] == series_mod.load(SERIES).content_hash()
+
+
+@pytest.mark.parametrize("mutation", sorted(p.name for p in MUTATIONS.glob("*.patch")))
+def test_a_broken_lms_core_fails_the_core_cpu_level(pytorch_v260_lms_tree, tmp_path_factory,
+                                                    mutation):
+    """Corrupting the host copy or skipping a pin must make level core-cpu fail."""
+    tree = tmp_path_factory.getbasetemp() / "pt260-mutated"
+    if not tree.exists():
+        subprocess.run(["git", "worktree", "add", "--quiet", "--detach", str(tree), "HEAD"],
+                       cwd=pytorch_v260_lms_tree, check=True)
+    subprocess.run(["git", "checkout", "--quiet", "--", "."], cwd=tree, check=True)
+    subprocess.run(["git", "apply", str(MUTATIONS / mutation)], cwd=tree, check=True)
+    ctx = LevelContext("pytorch", "v2.6.0", tree, "v2.6.0",
+                       tmp_path_factory.getbasetemp() / "pt260-mutated-build")
+    try:
+        result = pytorch.run_level("core-cpu", ctx)
+    finally:
+        subprocess.run(["git", "checkout", "--quiet", "--", "."], cwd=tree, check=True)
+    print(result.detail)
+    assert result.status == FAIL
+    assert result.facts.get("tests_failed", 0) > 0
