@@ -232,6 +232,115 @@ def port(ctx: click.Context, framework: str | None, from_tag: str | None, to_tag
                                           fetch_kwargs))
 
 
+platform_choice = click.Choice(["linux-64", "linux-ppc64le"])
+variant_opt = click.option("--variant", "variant_args", multiple=True, metavar="KEY=VALUE",
+                           help="Narrow the variant matrix, e.g. --variant cuda=12.4 "
+                                "--variant python=3.11 (repeatable).")
+
+
+@main.command()
+@framework_opt
+@tag_opt
+@click.option("--profile", type=click.Choice(["core", "full"]), default="core",
+              show_default=True, help="core: c10 + LMS tests (minutes); full: the framework.")
+@click.option("--platform", "platforms", type=platform_choice, multiple=True,
+              help="Target platform(s) [default: both].")
+@variant_opt
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to write the rendered recipes [default: in the cache].")
+@json_opt
+@click.pass_context
+def render(ctx: click.Context, framework: str, tag: str, profile: str,
+           platforms: tuple[str, ...], variant_args: tuple[str, ...], out_dir: Path | None,
+           as_json: bool) -> None:
+    """Render the rattler-build recipe(s) and print the variant matrix that would be built.
+
+    Example: lmsforge render --framework pytorch --tag v2.6.0 --profile full
+    """
+    from lmsforge.commands import render as command
+
+    chosen = list(platforms) or ["linux-64", "linux-ppc64le"]
+    _invoke(ctx, lambda opts: command.run(opts, framework, tag, profile, chosen,
+                                          list(variant_args), out_dir, as_json))
+
+
+@main.command()
+@framework_opt
+@tag_opt
+@click.option("--profile", type=click.Choice(["core", "full"]), default="core",
+              show_default=True, help="core: c10 + LMS tests (minutes); full: the framework.")
+@click.option("--platform", type=platform_choice, default="linux-64", show_default=True)
+@variant_opt
+@click.option("--channel", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("lms-channel"), show_default=True,
+              help="Local output channel the packages are added to.")
+@source_options
+@click.pass_context
+def build(ctx: click.Context, framework: str, tag: str, profile: str, platform: str,
+          variant_args: tuple[str, ...], channel: Path, source: str, archive: Path | None,
+          mirror: str | None) -> None:
+    """Build conda packages of the patched tree with rattler-build (one call per variant).
+
+    Example: lmsforge build --framework pytorch --tag v2.6.0 --profile core --channel ./ch
+    """
+    from lmsforge.commands import build as command
+
+    fetch_kwargs = {"prefer": source, "archive_file": archive, "mirror": mirror}
+    _invoke(ctx, lambda opts: command.run(opts, framework, tag, profile, platform,
+                                          list(variant_args), channel, fetch_kwargs))
+
+
+@main.command("test")
+@framework_opt
+@tag_opt
+@click.option("--channel", "channels", multiple=True, required=True, metavar="CHANNEL",
+              help="Channel folder or URL to install from (repeatable; credentials come from "
+                   "RATTLER_AUTH_FILE or LMSFORGE_CHANNEL_TOKEN).")
+@click.option("--prefix", type=click.Path(file_okay=False, path_type=Path),
+              help="Fresh prefix to install into [default: a temporary one].")
+@click.option("--gpu/--cpu", "gpu", default=None,
+              help="Force the GPU or the CPU tests [default: GPU tests when a GPU is present].")
+@click.pass_context
+def test_(ctx: click.Context, framework: str, tag: str, channels: tuple[str, ...],
+          prefix: Path | None, gpu: bool | None) -> None:
+    """Install the built package from a channel into a fresh prefix and run its LMS tests.
+
+    Example: lmsforge test --framework pytorch --tag v2.6.0 --channel ./ch
+    """
+    from lmsforge.commands import test as command
+
+    _invoke(ctx, lambda opts: command.run(opts, framework, tag, list(channels), prefix, gpu))
+
+
+@main.command()
+@click.option("--channel", "target", required=True, metavar="DEST",
+              help="Channel folder, file:// or http(s):// URL.")
+@click.argument("packages", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.pass_context
+def publish(ctx: click.Context, target: str, packages: tuple[Path, ...]) -> None:
+    """Add packages to a private channel under a lock, re-indexing atomically.
+
+    Example: lmsforge publish --channel /srv/conda/lms ch/linux-64/*.conda
+    """
+    from lmsforge.commands import publish as command
+
+    _invoke(ctx, lambda opts: command.run(opts, target, list(packages)))
+
+
+@main.command()
+@json_opt
+@click.pass_context
+def doctor(ctx: click.Context, as_json: bool) -> None:
+    """Check this host: git, compilers, CUDA toolkit, GPU, rattler-build, disk, credentials.
+
+    Example: lmsforge doctor
+    """
+    from lmsforge.commands import doctor as command
+
+    _invoke(ctx, lambda opts: command.run(opts, as_json))
+
+
 def run() -> None:
     try:
         main(standalone_mode=True)

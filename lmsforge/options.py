@@ -34,8 +34,11 @@ class Options:
     @classmethod
     def resolve(cls, patches_dir: Path | None, cache_dir: Path | None,
                 jobs: int | None = None) -> "Options":
+        cache = cache_dir.resolve() if cache_dir else default_cache_dir()
+        # Build harnesses and the tools they start find the cache through the environment.
+        os.environ["LMSFORGE_CACHE_DIR"] = str(cache)
         return cls(
             patches_dir=(patches_dir.resolve() if patches_dir else default_patches_dir()),
-            cache=Cache(cache_dir.resolve() if cache_dir else default_cache_dir()),
+            cache=Cache(cache),
             jobs=jobs or default_jobs(),
         )

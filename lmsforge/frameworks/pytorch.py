@@ -7,7 +7,7 @@ the series' own googletest files against them. All levels share one incremental 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from lmsforge.cache import default_cache_dir
 from lmsforge.errors import LmsforgeError, UsageError
@@ -31,7 +31,9 @@ def run_level(level: str, ctx: LevelContext) -> LevelResult:
         try:
             result = runner(ctx)
         except LmsforgeError as error:
-            result = LevelResult(level, FAIL, detail=str(error), log=str(ctx.log_path(level)))
+            log = ctx.log_path(level)
+            result = LevelResult(level, FAIL, detail=str(error),
+                                 log=str(log) if log.is_file() else None)
     if result.status != SKIPPED:
         result.seconds = timer.seconds
     return result
@@ -97,7 +99,7 @@ def _run_suite(ctx: LevelContext, level: str, suite: str) -> LevelResult:
     return LevelResult(level, status, detail=detail, facts=facts, log=str(built.log))
 
 
-def _build(ctx: LevelContext, level: str, targets: tuple[str, ...] | list[str]) -> build.BuildResult:
+def _build(ctx: LevelContext, level: str, targets: Sequence[str]) -> build.BuildResult:
     return build.build(ctx.tree, _build_dir(ctx), targets, cache_root=default_cache_dir(),
                        jobs=ctx.jobs, log=ctx.log_path(level))
 

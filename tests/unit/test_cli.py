@@ -6,7 +6,8 @@ import pytest
 
 from fixtures import lmsforge, one_line_error, snapshot
 
-COMMANDS = ["list", "fetch", "apply", "verify", "export", "status"]
+COMMANDS = ["list", "fetch", "apply", "verify", "export", "status", "port", "render", "build",
+            "test", "publish", "doctor"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

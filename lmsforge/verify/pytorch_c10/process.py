@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from typing import IO, NamedTuple, Sequence
 
 
@@ -18,18 +17,17 @@ class Finished(NamedTuple):
 
 
 def run_logged(cmd: Sequence[str], log: IO[str], *, echo: bool = False,
-               timeout: float | None = None, cwd: Path | None = None) -> Finished:
+               timeout: float | None = None) -> Finished:
     log.write(f"$ {' '.join(str(part) for part in cmd)}\n")
     log.flush()
-    proc = subprocess.Popen([str(part) for part in cmd], cwd=cwd, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([str(part) for part in cmd], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace",
                             start_new_session=True)
     timed_out = threading.Event()
 
     def kill() -> None:
         timed_out.set()
-        # The whole group: a test program may have started helpers of its own.
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_group(proc)
 
     timer = threading.Timer(timeout, kill) if timeout else None
     if timer:
@@ -48,8 +46,16 @@ def run_logged(cmd: Sequence[str], log: IO[str], *, echo: bool = False,
         if timer:
             timer.cancel()
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _kill_group(proc)
             proc.wait()
     log.write(f"[exit code {returncode}]\n")
     log.flush()
     return Finished(returncode, lines, timed_out.is_set())
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    # The whole group: a test program may have started helpers of its own.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

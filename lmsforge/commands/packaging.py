@@ -1,0 +1,21 @@
+"""Shared steps of `render`, `build` and `test`: the series identity packages are stamped with."""
+
+from __future__ import annotations
+
+from lmsforge import frameworks, series as series_mod
+from lmsforge.options import Options
+from lmsforge.recipes import SeriesIdentity
+from lmsforge.upstream import TreeIdentity
+
+
+def series_identity(opts: Options, framework: str, tag: str,
+                    tree: TreeIdentity | None = None) -> SeriesIdentity:
+    """The series hash and upstream identity: from the fetched tree, else from series.yaml."""
+    sources = frameworks.sources_for(opts.patches_dir, framework)
+    series = series_mod.load(frameworks.series_folder(opts.patches_dir, sources, tag))
+    if tree is not None:
+        record = {k: str(v) for k, v in tree.to_json().items()
+                  if k in ("kind", "archive", "sha256", "commit", "upstream_commit", "tree") and v}
+    else:
+        record = {k: str(v) for k, v in series.upstream.items()}
+    return SeriesIdentity(framework, tag, series.content_hash(), record)

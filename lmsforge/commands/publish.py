@@ -1,0 +1,20 @@
+"""`lmsforge publish`: add packages to a private channel atomically, never losing what is there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lmsforge import channel, ui
+from lmsforge.options import Options
+
+
+def run(opts: Options, target: str, packages: list[Path]) -> int:
+    with ui.step(f"publishing {len(packages)} package(s)"):
+        result = channel.publish(packages, target)
+    for name in result.added:
+        ui.out.print(f"added {name}")
+    for name in result.unchanged:
+        ui.out.print(f"already there (identical) {name}")
+    ui.out.print(f"channel {result.channel}: {len(result.added)} added, "
+                 f"{len(result.unchanged)} unchanged")
+    return 0

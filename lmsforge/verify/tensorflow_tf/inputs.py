@@ -1,0 +1,134 @@
+"""The build inputs of the TensorFlow levels that are not in the TensorFlow tree (``environment.md``).
+
+Headers, absl, Eigen, protobuf and ``libtensorflow_framework.so.2`` come from the official
+``tensorflow==2.14.1`` wheel, downloaded once into ``<cache>/wheels`` and unpacked there (only
+``tensorflow/include`` and the framework library), never installed. protoc, googletest and
+googlemock come from Debian and are installed with apt-get only when running as root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from lmsforge.cache import Cache
+from lmsforge.errors import LmsforgeError
+
+TF_VERSION = "2.14.1"
+# Any CPython wheel of the release carries the same headers and framework library.
+WHEEL_GLOB = f"tensorflow-{TF_VERSION}-cp3*-manylinux*x86_64.whl"
+WHEEL_PYTHON = "3.11"
+WHEEL_PLATFORM = "manylinux_2_17_x86_64"
+FRAMEWORK_LIBRARY = "libtensorflow_framework.so.2"
+UNPACK_MARKER = ".unpacked"
+
+PROTOC_PACKAGES = ("protobuf-compiler",)
+GTEST_PACKAGES = ("libgtest-dev", "libgmock-dev")
+
+
+def wheels_dir(cache_root: Path) -> Path:
+    return cache_root / "wheels"
+
+
+def tensorflow_wheel(cache_root: Path) -> Path:
+    """The tensorflow==2.14.1 wheel in the cache, downloaded with pip if it is not there yet."""
+    folder = wheels_dir(cache_root)
+    found = sorted(folder.glob(WHEEL_GLOB))
+    if found:
+        return found[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    with Cache(cache_root).lock(f"wheel-tensorflow-{TF_VERSION}"):
+        found = sorted(folder.glob(WHEEL_GLOB))
+        if found:
+            return found[0]
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--python-version", WHEEL_PYTHON, "--platform", WHEEL_PLATFORM,
+               "-d", str(folder), f"tensorflow=={TF_VERSION}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        found = sorted(folder.glob(WHEEL_GLOB))
+        if proc.returncode != 0 or not found:
+            raise LmsforgeError(f"could not download tensorflow=={TF_VERSION} "
+                                f"({_last_line(proc.stderr)}); check that PyPI is reachable "
+                                f"or put the wheel into {folder}")
+        return found[0]
+
+
+def unpacked_wheel(cache_root: Path) -> Path:
+    """A folder with the wheel's ``tensorflow/include`` and framework library, unpacked once."""
+    target = wheels_dir(cache_root) / f"tensorflow-{TF_VERSION}"
+    if (target / UNPACK_MARKER).is_file():
+        return target
+    wheel = tensorflow_wheel(cache_root)
+    with Cache(cache_root).lock(f"unpack-tensorflow-{TF_VERSION}"):
+        if (target / UNPACK_MARKER).is_file():
+            return target
+        partial = Cache(cache_root).partial / f"tensorflow-{TF_VERSION}-{os.getpid()}"
+        shutil.rmtree(partial, ignore_errors=True)
+        with zipfile.ZipFile(wheel) as archive:
+            wanted = [name for name in archive.namelist()
+                      if name.startswith("tensorflow/include/")
+                      or name == f"tensorflow/{FRAMEWORK_LIBRARY}"]
+            archive.extractall(partial, members=wanted)
+        (partial / UNPACK_MARKER).write_text(wheel.name + "\n")
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+    return target
+
+
+def include_dir(unpacked: Path) -> Path:
+    return unpacked / "tensorflow" / "include"
+
+
+def library_dir(unpacked: Path) -> Path:
+    return unpacked / "tensorflow"
+
+
+def ensure_protoc() -> Path:
+    ensure_debian_packages(PROTOC_PACKAGES, "regenerating config.pb.* needs protoc")
+    protoc = shutil.which("protoc")
+    if protoc is None:
+        raise LmsforgeError("protoc not found: run `apt-get install protobuf-compiler`")
+    return Path(protoc)
+
+
+def ensure_gtest() -> None:
+    ensure_debian_packages(GTEST_PACKAGES, "the core-cpu test needs googletest and googlemock")
+
+
+def missing_debian_packages(packages: tuple[str, ...]) -> list[str]:
+    if shutil.which("dpkg-query") is None:
+        return []  # not Debian: the compiler names whatever it cannot find
+    missing = []
+    for package in packages:
+        proc = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Status}", package],
+                              capture_output=True, text=True)
+        if proc.stdout.strip() != "installed":
+            missing.append(package)
+    return missing
+
+
+def ensure_debian_packages(packages: tuple[str, ...], why: str) -> None:
+    missing = missing_debian_packages(packages)
+    if not missing:
+        return
+    wanted = " ".join(missing)
+    if os.geteuid() != 0:
+        raise LmsforgeError(f"{why}: run `sudo apt-get install {wanted}`")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
+    if subprocess.run(install, capture_output=True, env=env).returncode != 0:
+        # A fresh CI image often has no package lists yet.
+        subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env)
+        proc = subprocess.run(install, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise LmsforgeError(f"`{' '.join(install)}` failed ({_last_line(proc.stderr)}); "
+                                f"install {wanted} by hand")
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "no output"

@@ -1,0 +1,71 @@
+"""Compiler command lines for TensorFlow translation units outside Bazel (``framework-internals.md`` §4.3).
+
+Include order: regenerated protobuf headers, then the patched tree, then the wheel's headers (so the
+tree's own headers win over the wheel's copies of them, and the regenerated ``config.pb.h`` wins
+over the wheel's). Flags are the ones ``tf.sysconfig.get_compile_flags()`` reports for 2.14.1.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sysconfig
+from pathlib import Path
+from typing import NamedTuple
+
+from lmsforge.errors import LmsforgeError
+
+CXX = "g++"
+WHEEL_FLAGS = ("-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=1", "-DEIGEN_MAX_ALIGN_BYTES=64")
+GPU_DEFINES = ("-DGOOGLE_CUDA=1",)
+# The wheel has no cuDNN headers; gpu_device.cc only prints CUDNN_MAJOR/MINOR/PATCHLEVEL.
+CUDNN_SHIM = "#define CUDNN_MAJOR 8\n#define CUDNN_MINOR 6\n#define CUDNN_PATCHLEVEL 0\n"
+PROTOS = ("tensorflow/core/protobuf/config.proto",)
+
+
+class Paths(NamedTuple):
+    tree: Path
+    wheel_include: Path
+    generated: Path  # protoc output
+    shim: Path  # the cuDNN version shim
+
+
+def include_flags(paths: Paths, *, gpu: bool = False, python: bool = False) -> list[str]:
+    inc = paths.wheel_include
+    dirs = [paths.generated, paths.tree, inc, inc / "external" / "farmhash_archive" / "src"]
+    if gpu:
+        dirs += [inc / "third_party" / "gpus" / "cuda" / "include", paths.shim]
+    if python:
+        dirs += [inc / "external" / "pybind11" / "include", Path(sysconfig.get_paths()["include"])]
+        numpy = _numpy_include()
+        if numpy is not None:
+            dirs.append(numpy)
+    return [f"-I{d}" for d in dirs]
+
+
+def write_cudnn_shim(shim: Path) -> None:
+    header = shim / "third_party" / "gpus" / "cudnn" / "cudnn.h"
+    header.parent.mkdir(parents=True, exist_ok=True)
+    header.write_text(CUDNN_SHIM)
+
+
+def generate_protos(protoc: Path, paths: Paths) -> list[Path]:
+    """Regenerate the C++ code of the patched protos; returns the generated ``.pb.cc`` files."""
+    paths.generated.mkdir(parents=True, exist_ok=True)
+    outputs = []
+    for proto in PROTOS:
+        cmd = [str(protoc), f"--proto_path={paths.tree}", f"--proto_path={paths.wheel_include}",
+               f"--cpp_out={paths.generated}", proto]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            first = (proc.stderr.strip().splitlines() or ["no output"])[0]
+            raise LmsforgeError(f"protoc failed on {proto}: {first}")
+        outputs.append(paths.generated / proto.replace(".proto", ".pb.cc"))
+    return outputs
+
+
+def _numpy_include() -> Path | None:
+    try:
+        import numpy  # noqa: PLC0415 (optional: only tfe_wrapper.cc needs it)
+    except ImportError:
+        return None
+    return Path(numpy.get_include())

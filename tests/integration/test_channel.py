@@ -1,0 +1,447 @@
+"""Publishing to and installing from real channels: folder channels and an authenticated HTTP
+channel served on 127.0.0.1, with packages built by rattler-build from a tiny real recipe.
+
+The HTTP server here (``ChannelServer``) is also used by ``test_core_package.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import filelock
+import pytest
+
+from lmsforge import channel
+from lmsforge.errors import LmsforgeError, UsageError
+
+TOKEN = "tok-5f1e9a7c2b"  # a test credential; it must never show up in any output
+USER, PASSWORD = "forge", "pw-8d3c61e0"
+
+TINY_RECIPE = """\
+schema_version: 1
+package:
+  name: lmsforge-tiny
+  version: "{version}"
+source:
+  path: {src}
+build:
+  number: 0
+  script:
+    - mkdir -p $PREFIX/bin
+    - cc -o $PREFIX/bin/lmsforge-tiny hello.c
+about:
+  license: MIT
+  license_file: LICENSE
+"""
+
+
+# --- a private channel over HTTP on loopback ------------------------------------------------------
+
+
+class ChannelServer:
+    """Serves a folder channel on 127.0.0.1 with token or basic auth; PUT adds a package.
+
+    PUT /<subdir>/<file> stores the body and publishes it with ``channel.publish`` (lock and atomic
+    re-index on the server side), like an Artifactory-style conda repository.
+    """
+
+    def __init__(self, root: Path, *, token: str | None = None,
+                 basic: tuple[str, str] | None = None) -> None:
+        self.root = root
+        self.accepted = set()
+        if token:
+            self.accepted.add(f"Bearer {token}")
+        if basic:
+            self.accepted.add("Basic " + base64.b64encode(":".join(basic).encode()).decode())
+        self.requests: list[tuple[str, str, int]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _authorized(self) -> bool:
+                if self.headers.get("Authorization") in server.accepted:
+                    return True
+                self._reply(401, b"unauthorized", {"WWW-Authenticate": 'Basic realm="lms"'})
+                return False
+
+            def _reply(self, code: int, body: bytes = b"", headers: dict | None = None) -> None:
+                server.requests.append((self.command, self.path, code))
+                self.send_response(code)
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's names)
+                if not self._authorized():
+                    return
+                path = (server.root / self.path.split("?")[0].lstrip("/")).resolve()
+                if server.root.resolve() not in path.parents or not path.is_file():
+                    self._reply(404, b"not found")
+                    return
+                self._reply(200, path.read_bytes(), {"Content-Type": "application/octet-stream"})
+
+            do_HEAD = do_GET
+
+            def do_PUT(self) -> None:  # noqa: N802
+                if not self._authorized():
+                    return
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if hashlib.sha256(body).hexdigest() != self.headers.get("X-Checksum-Sha256"):
+                    self._reply(400, b"checksum mismatch")
+                    return
+                name = Path(self.path).name
+                with tempfile.TemporaryDirectory() as folder:
+                    upload = Path(folder) / name
+                    upload.write_bytes(body)
+                    try:
+                        channel.publish([upload], server.root)
+                    except UsageError as exc:
+                        self._reply(409 if "different contents" in str(exc) else 400,
+                                    str(exc).encode())
+                        return
+                self._reply(201)
+
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: object, client_address: object) -> None:
+                pass  # clients that hang up after a 401 are expected; the tests check results
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> "ChannelServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def write_auth_file(path: Path, url: str, entry: dict) -> Path:
+    """rattler's auth file: keys are host names without the port."""
+    host = url.split("://", 1)[1].split("/", 1)[0].split(":")[0]
+    path.write_text(json.dumps({host: entry}))
+    path.chmod(0o600)
+    return path
+
+
+# --- tiny real packages -------------------------------------------------------------------------
+
+
+def build_tiny(out: Path, version: str) -> Path:
+    import rattler_build as rb
+
+    src = out / f"src-{version}"
+    src.mkdir(parents=True)
+    (src / "hello.c").write_text(
+        '#include <stdio.h>\nint main(void){puts("lmsforge-tiny %s");return 0;}\n' % version)
+    (src / "LICENSE").write_text("MIT\n")
+    recipe = out / f"recipe-{version}" / "recipe.yaml"
+    recipe.parent.mkdir()
+    recipe.write_text(TINY_RECIPE.format(version=version, src=src))
+    [variant] = rb.Stage0Recipe.from_file(recipe).render()
+    result = variant.run_build(output_dir=out / "build", channels=[(out / "build").as_uri()],
+                               env_isolation=rb.EnvironmentIsolation.NONE)
+    return Path(result.packages[0])
+
+
+@pytest.fixture(scope="session")
+def tiny_packages(tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("tiny")
+    return {v: build_tiny(out, v) for v in ("1.0.0", "1.1.0")}
+
+
+@pytest.fixture
+def published(tmp_path, tiny_packages) -> Path:
+    chan = tmp_path / "chan"
+    channel.publish([tiny_packages["1.0.0"]], chan)
+    return chan
+
+
+def _repodata_names(chan: Path) -> set[str]:
+    data = json.loads((chan / "linux-64" / "repodata.json").read_text())
+    return set(data.get("packages.conda", {})) | set(data.get("packages", {}))
+
+
+# --- folder channels ----------------------------------------------------------------------------
+
+
+def test_publish_then_install_into_fresh_prefix_and_run(published, tiny_packages, tmp_path):
+    first = channel.snapshot(published)
+    result = channel.publish([tiny_packages["1.1.0"]], published)
+    assert result.added == (f"linux-64/{tiny_packages['1.1.0'].name}",)
+    after = channel.snapshot(published)
+    old_package = f"linux-64/{tiny_packages['1.0.0'].name}"
+    assert after[old_package] == first[old_package]  # the existing package is untouched
+    assert _repodata_names(published) == {tiny_packages["1.0.0"].name, tiny_packages["1.1.0"].name}
+    assert not [p for p in published.iterdir() if p.name.startswith(channel.STAGING_PREFIX)]
+
+    installed = channel.install(["lmsforge-tiny"], [published], tmp_path / "prefix",
+                                cache_dir=tmp_path / "cache")
+    assert any(p.startswith("lmsforge-tiny=1.1.0=") for p in installed.packages)
+    run = subprocess.run([tmp_path / "prefix" / "bin" / "lmsforge-tiny"], capture_output=True,
+                         text=True, check=True)
+    assert run.stdout.strip() == "lmsforge-tiny 1.1.0"
+
+
+def test_republishing_identical_package_is_a_no_op(published, tiny_packages):
+    before = channel.snapshot(published)
+    result = channel.publish([tiny_packages["1.0.0"]], published)
+    assert result.added == () and len(result.unchanged) == 1
+    assert channel.snapshot(published)[result.unchanged[0]] == before[result.unchanged[0]]
+
+
+def test_replacing_a_package_with_different_bytes_is_refused(published, tiny_packages, tmp_path):
+    before = channel.snapshot(published)
+    impostor = tmp_path / tiny_packages["1.0.0"].name
+    shutil.copy(tiny_packages["1.1.0"], impostor)  # same file name, other contents
+    with pytest.raises(UsageError, match="different contents"):
+        channel.publish([impostor], published)
+    assert channel.snapshot(published) == before
+
+
+def test_corrupt_package_is_refused_and_channel_unchanged(published, tiny_packages, tmp_path):
+    before = channel.snapshot(published)
+    corrupt = tmp_path / tiny_packages["1.1.0"].name
+    data = bytearray(tiny_packages["1.1.0"].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    corrupt.write_bytes(bytes(data))
+    with pytest.raises(UsageError, match="corrupt package file"):
+        channel.publish([corrupt], published)
+    truncated = tmp_path / "t" / tiny_packages["1.1.0"].name
+    truncated.parent.mkdir()
+    truncated.write_bytes(tiny_packages["1.1.0"].read_bytes()[:1000])
+    with pytest.raises(UsageError, match="corrupt package file"):
+        channel.publish([truncated], published)
+    assert channel.snapshot(published) == before
+
+
+def test_foreign_folder_is_refused_and_left_alone(tmp_path, tiny_packages):
+    foreign = tmp_path / "photos"
+    foreign.mkdir()
+    (foreign / "holiday.jpg").write_bytes(b"\xff\xd8 not a channel")
+    before = channel.snapshot(foreign)
+    with pytest.raises(UsageError, match="not a conda channel"):
+        channel.publish([tiny_packages["1.0.0"]], foreign)
+    assert channel.snapshot(foreign) == before
+    assert sorted(p.name for p in foreign.iterdir()) == ["holiday.jpg"]
+
+
+def test_channel_that_is_a_file_is_refused(tmp_path, tiny_packages):
+    target = tmp_path / "chan"
+    target.write_text("x")
+    with pytest.raises(UsageError, match="is a file"):
+        channel.publish([tiny_packages["1.0.0"]], target)
+
+
+def _publish_as_nobody(packages: list[Path], chan: Path) -> str:
+    """Publish in a forked child running as an unprivileged user; return its error line.
+
+    Forked rather than spawned: the interpreter may live where that user cannot read, so every
+    module the publisher needs is imported here first.
+    """
+    import rattler.index  # noqa: F401
+    import rattler.package  # noqa: F401
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        status = 0
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            channel.publish(packages, chan)
+            message = "published"
+        except Exception as exc:  # noqa: BLE001 (report whatever happened to the parent)
+            message, status = str(exc), 1
+        os.write(write_end, message.encode())
+        os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end) as stream:
+        message = stream.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 1, message
+    return message
+
+
+def test_unwritable_channel_is_refused_and_unchanged(published, tiny_packages, tmp_path):
+    before = channel.snapshot(published)
+    if os.geteuid() == 0:  # root writes anywhere: run the publisher as nobody instead
+        public = Path(tempfile.mkdtemp(prefix="lmsforge-pkgs-"))
+        try:
+            shutil.copy(tiny_packages["1.1.0"], public)
+            (public / tiny_packages["1.1.0"].name).chmod(0o644)
+            for folder in [public, *published.parents]:
+                if folder == Path("/") or folder.stat().st_mode & 0o005 == 0o005:
+                    continue
+                folder.chmod(folder.stat().st_mode | 0o005)
+            for path in published.rglob("*"):
+                path.chmod(path.stat().st_mode | 0o004 | (0o001 if path.is_dir() else 0))
+            published.chmod(0o755)
+            message = _publish_as_nobody([public / tiny_packages["1.1.0"].name], published)
+        finally:
+            shutil.rmtree(public)
+    else:
+        published.chmod(0o555)
+        try:
+            with pytest.raises(UsageError) as info:
+                channel.publish([tiny_packages["1.1.0"]], published)
+            message = str(info.value)
+        finally:
+            published.chmod(0o755)
+    assert "not writable" in message and "\n" not in message
+    assert channel.snapshot(published) == before
+
+
+def test_two_publishers_at_once_both_land(published, tiny_packages, tmp_path):
+    extra = build_tiny(tmp_path, "1.2.0")
+    script = ("import sys; from pathlib import Path; from lmsforge import channel; "
+              "channel.publish([Path(sys.argv[2])], Path(sys.argv[1]))")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(published), str(p)],
+                              cwd=Path(channel.__file__).parents[1])
+             for p in (tiny_packages["1.1.0"], extra)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert _repodata_names(published) == {tiny_packages["1.0.0"].name,
+                                          tiny_packages["1.1.0"].name, extra.name}
+    installed = channel.install(["lmsforge-tiny==1.2.0"], [published], tmp_path / "prefix",
+                                cache_dir=tmp_path / "cache")
+    assert any(p.startswith("lmsforge-tiny=1.2.0=") for p in installed.packages)
+
+
+def test_publisher_waiting_on_a_held_lock_gives_up_cleanly(published, tiny_packages):
+    before = channel.snapshot(published)
+    with filelock.FileLock(str(published / channel.LOCK_NAME)):
+        code = ("import sys; from pathlib import Path; from lmsforge import channel\n"
+                "try:\n    channel.publish([Path(sys.argv[2])], Path(sys.argv[1]), "
+                "lock_timeout_s=1)\n"
+                "except Exception as exc:\n    print(exc); sys.exit(1)\n")
+        proc = subprocess.run([sys.executable, "-c", code, str(published),
+                               str(tiny_packages["1.1.0"])], capture_output=True, text=True,
+                              cwd=Path(channel.__file__).parents[1], timeout=60)
+    assert proc.returncode == 1
+    assert "another publisher holds the lock" in proc.stdout
+    assert channel.snapshot(published) == before
+
+
+def test_install_from_a_folder_that_is_not_a_channel(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="not a conda channel"):
+        channel.install(["lmsforge-tiny"], [tmp_path / "empty"], tmp_path / "prefix")
+
+
+def test_install_refuses_a_used_prefix(published, tmp_path):
+    prefix = tmp_path / "prefix"
+    prefix.mkdir()
+    (prefix / "keep").write_text("mine")
+    with pytest.raises(UsageError, match="not empty"):
+        channel.install(["lmsforge-tiny"], [published], prefix)
+    assert (prefix / "keep").read_text() == "mine"
+
+
+# --- HTTP channels ------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_http_channel_with_token_from_auth_file(published, tiny_packages, tmp_path, monkeypatch,
+                                                capfd):
+    with ChannelServer(published, token=TOKEN) as server:
+        monkeypatch.setenv("RATTLER_AUTH_FILE", str(write_auth_file(
+            tmp_path / "auth.json", server.url, {"BearerToken": TOKEN})))
+        result = channel.publish([tiny_packages["1.1.0"]], server.url)
+        assert result.added == (f"linux-64/{tiny_packages['1.1.0'].name}",)
+        assert tiny_packages["1.1.0"].name in _repodata_names(published)
+        installed = channel.install(["lmsforge-tiny==1.1.0"], [server.url], tmp_path / "prefix",
+                                    cache_dir=tmp_path / "cache")
+        assert any(p.startswith("lmsforge-tiny=1.1.0=") for p in installed.packages)
+        assert any(code == 200 and path.endswith(".conda") for _, path, code in server.requests)
+    run = subprocess.run([tmp_path / "prefix" / "bin" / "lmsforge-tiny"], capture_output=True,
+                         text=True, check=True)
+    assert run.stdout.strip() == "lmsforge-tiny 1.1.0"
+    out, err = capfd.readouterr()
+    assert TOKEN not in out + err + repr(result) + repr(installed)
+
+
+def test_http_channel_with_basic_auth_from_environment(published, tmp_path, monkeypatch, capfd):
+    monkeypatch.delenv("RATTLER_AUTH_FILE", raising=False)
+    monkeypatch.setenv(channel.ENV_USER, USER)
+    monkeypatch.setenv(channel.ENV_PASSWORD, PASSWORD)
+    with ChannelServer(published, basic=(USER, PASSWORD)) as server:
+        installed = channel.install(["lmsforge-tiny"], [server.url], tmp_path / "prefix",
+                                    cache_dir=tmp_path / "cache")
+    assert any(p.startswith("lmsforge-tiny=1.0.0=") for p in installed.packages)
+    assert "RATTLER_AUTH_FILE" not in os.environ  # the private auth file was for that call only
+    out, err = capfd.readouterr()
+    assert PASSWORD not in out + err + repr(installed)
+
+
+def test_wrong_credentials_are_a_clear_error_without_the_secret(published, tiny_packages, tmp_path,
+                                                               monkeypatch, capfd):
+    before = channel.snapshot(published)
+    wrong = "tok-wrong-0000"
+    with ChannelServer(published, token=TOKEN) as server:
+        monkeypatch.setenv("RATTLER_AUTH_FILE", str(write_auth_file(
+            tmp_path / "auth.json", server.url, {"BearerToken": wrong})))
+        with pytest.raises(UsageError, match="refused the credentials") as install_error:
+            channel.install(["lmsforge-tiny"], [server.url], tmp_path / "prefix",
+                            cache_dir=tmp_path / "cache")
+        with pytest.raises(UsageError, match="refused the credentials") as publish_error:
+            channel.publish([tiny_packages["1.1.0"]], server.url)
+    for error in (install_error.value, publish_error.value):
+        assert wrong not in str(error) and TOKEN not in str(error) and "\n" not in str(error)
+    out, err = capfd.readouterr()
+    assert wrong not in out + err and TOKEN not in out + err
+    assert channel.snapshot(published) == before
+
+
+def test_unreachable_channel_is_a_clear_error(tiny_packages, tmp_path):
+    url = f"http://127.0.0.1:{_free_port()}/chan"
+    with pytest.raises(LmsforgeError, match="cannot reach channel"):
+        channel.install(["lmsforge-tiny"], [url], tmp_path / "prefix", cache_dir=tmp_path / "c")
+    with pytest.raises(LmsforgeError, match="cannot reach channel"):
+        channel.publish([tiny_packages["1.0.0"]], url)
+
+
+def test_redact_hides_url_credentials_and_known_secrets(monkeypatch):
+    monkeypatch.setenv(channel.ENV_TOKEN, TOKEN)
+    text = (f"GET https://forge:{PASSWORD}@host/t/abc123/linux-64 Authorization: Bearer xyz "
+            f"token={TOKEN}")
+    shown = channel.redact(text)
+    assert PASSWORD not in shown and "abc123" not in shown and TOKEN not in shown
+    assert "xyz" not in shown and "https://***@host/t/***/linux-64" in shown
+
+
+def test_doctor_names_credential_sources_but_never_their_values(tmp_path, monkeypatch):
+    from lmsforge import doctor
+
+    monkeypatch.setenv("RATTLER_AUTH_FILE", str(write_auth_file(
+        tmp_path / "auth.json", "http://channel.example:8080", {"BearerToken": TOKEN})))
+    monkeypatch.setenv(channel.ENV_TOKEN, TOKEN)
+    result = doctor.doctor(tmp_path)
+    [creds] = [c for c in result.checks if c.name == "credentials"]
+    assert creds.status == doctor.OK and "channel.example" in creds.detail
+    assert TOKEN not in repr(result)
+    assert {c.name for c in result.checks} >= {"git", "c++ compiler", "CUDA toolkit",
+                                               "GPU/driver", "rattler-build", "disk"}
