@@ -118,9 +118,12 @@ def check_base(series: series_mod.Series, identity_a: TreeIdentity) -> None:
 def risk_table(repo: Path, a: str, b: str, series: series_mod.Series,
                shared_history: bool) -> list[dict[str, object]]:
     rows = []
+    created: set[str] = set()  # files an earlier patch of the series adds: not upstream's
     for entry in series.patches:
         parsed = patchfile.parse(series.folder / entry.file)
-        upstream_files = [f.path for f in parsed.files if not f.new_file]
+        upstream_files = [f.path for f in parsed.files
+                          if not f.new_file and f.path not in created]
+        created.update(f.path for f in parsed.files if f.new_file)
         commits = 0
         lines = 0
         for path in upstream_files:
@@ -424,12 +427,45 @@ def save_resolutions(tree: Path, shared_rr_cache: Path) -> int:
     return added
 
 
+def _commits_by_patch_id(tree: Path, base: str, branch: str) -> dict[str, str]:
+    fmt = f"%H %(trailers:key={series_mod.PATCH_ID_TRAILER},valueonly,separator=%x2C)"
+    commits = {}
+    for line in git.out(["log", f"--format={fmt}", f"{base}..{branch}"], tree).splitlines():
+        commit, _, patch_id = line.partition(" ")
+        if patch_id.strip():
+            commits[patch_id.strip()] = commit
+    return commits
+
+
+_RANGE_DIFF_HEAD = re.compile(r"^\d+:(\s+\S+ [!=] )\d+:")
+
+
 def range_diff(tree: Path, state: PortState) -> str:
-    branch_a = worktree.branch_name(state.framework, state.from_tag)
+    """`git range-diff` of each patch against its port, paired by Lms-Patch-Id.
+
+    A whole-range range-diff pairs commits by how alike their diffs are, so a patch whose
+    resolution moved its hunks to other files (a hook folded into another file on tag B) shows
+    up as one patch removed and an unrelated one added, with nothing to review. The trailer
+    says which commits are the same patch, so each pair is compared on its own.
+    """
     branch_b = worktree.branch_name(state.framework, state.to_tag)
-    proc = git.run(["range-diff", "--no-color", f"{state.from_commit}..{branch_a}",
-                    f"{state.to_commit}..{branch_b}"], tree, check=False)
-    return proc.stdout.decode(errors="replace")
+    on_b = _commits_by_patch_id(tree, state.to_commit, branch_b)
+    parts = []
+    position_b = 0
+    for position, patch in enumerate(state.patches, 1):
+        commit_b = on_b.get(patch.id)
+        if commit_b is None:
+            subject = git.out(["log", "-1", "--format=%s", patch.commit_on_a], tree)
+            parts.append(f"{position}:  {patch.commit_on_a[:8]} < -:  -------- {subject} "
+                         f"({patch.status}: {patch.note})\n")
+            continue
+        position_b += 1
+        proc = git.run(["range-diff", "--no-color", "--creation-factor=999",
+                        f"{patch.commit_on_a}^..{patch.commit_on_a}",
+                        f"{commit_b}^..{commit_b}"], tree, check=False)
+        text = proc.stdout.decode(errors="replace")
+        parts.append(_RANGE_DIFF_HEAD.sub(f"{position}:\\g<1>{position_b}:", text, count=1))
+    return "".join(parts)
 
 
 def write_report(path: Path, state: PortState, tree: Path, resolutions_saved: int) -> None:
@@ -451,7 +487,8 @@ def write_report(path: Path, state: PortState, tree: Path, resolutions_saved: in
         commits = row["upstream_commits"] if row["upstream_commits"] is not None else "n/a"
         lines.append(f"| {row['patch']} | {row['upstream_files']} | "
                      f"{row['upstream_lines_changed']} | {commits} | {row['risk']} |")
-    lines += ["", "## Range diff (`git range-diff A..lms/F/A B..lms/F/B`)", "", "```",
+    lines += ["", "## Range diff (each patch on A against its port on B, paired by "
+              "`Lms-Patch-Id`)", "", "```",
               range_diff(tree, state).rstrip(), "```", ""]
     path.write_text("\n".join(lines))
 

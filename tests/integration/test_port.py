@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -197,3 +198,34 @@ def test_port_resumes_after_the_process_was_killed(git_series, tmp_path):
                                "series.yaml").read_text())
     assert [p["id"] for p in manifest["patches"]] == ["lms-core", "allocator-hook",
                                                        "storage-hook"]
+
+
+def test_report_pairs_a_patch_whose_resolution_moved_it_to_another_file(git_series, tmp_path):
+    """The range diff pairs patches by Lms-Patch-Id, not by how alike their diffs are."""
+    into = tmp_path / "port"
+    assert start(git_series, "v2.0.0", into).exit_code == 3
+    # Resolve the way a maintainer does when the hooked file is gone or different on the
+    # new tag: keep the tag's file, put the hook somewhere else.
+    git(into, "checkout", "--ours", "src/storage.h")
+    alloc = into / "src" / "alloc.c"
+    alloc.write_text(alloc.read_text() + "void *storage_lms_table;\n")
+    result = port(git_series, into, "--continue")
+    assert result.exit_code == 0, result.output
+    report = (git_series["patches"] / "toy" / "v2.0.0" / "PORT-REPORT.md").read_text()
+    assert re.search(r"^3: +[0-9a-f]+ ! 3: +[0-9a-f]+ Track LMS state per storage$", report,
+                     re.M), report
+    assert "< -:  --------" not in report and "-:  -------- >" not in report
+
+
+def test_risk_table_does_not_count_files_the_series_adds(git_series, tmp_path):
+    tree = git_series["work"] / "git-tree"
+    commit_patch(tree, "lms-core-tuning", "policy", "Tune the LMS core",
+                 lambda t: (t / "src" / "lms.c").write_text(
+                     (t / "src" / "lms.c").read_text() + "int lms_budget = 1;\n"))
+    assert cli(git_series, "export", "-f", "toy", "-t", "v1.0.0", "--tree",
+               str(tree)).exit_code == 0
+    result = start(git_series, "v1.1.0", tmp_path / "port")
+    assert result.exit_code == 0, result.output
+    report = (git_series["patches"] / "toy" / "v1.1.0" / "PORT-REPORT.md").read_text()
+    assert "| 0040-lms-core-tuning.patch | 0 | 0 | 0 | none (new files only) |" in report, report
+    assert "| 0020-allocator-hook.patch | 1 |" in report

@@ -54,4 +54,6 @@ def test_a_broken_lms_core_fails_the_core_cpu_level(pytorch_v260_lms_tree, tmp_p
         subprocess.run(["git", "checkout", "--quiet", "--", "."], cwd=tree, check=True)
     print(result.detail)
     assert result.status == FAIL
-    assert result.facts.get("tests_failed", 0) > 0
+    # Either tests fail by assertion, or the broken core crashes the test program: both are
+    # the suite catching the mutation (a build failure would not be).
+    assert result.facts.get("tests_failed", 0) > 0 or "killed by" in result.detail
