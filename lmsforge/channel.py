@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -46,6 +45,7 @@ from typing import Iterator, Sequence
 
 import filelock
 
+from lmsforge.upstream import sha256_of
 from lmsforge.errors import CheckFailed, LmsforgeError, UsageError
 
 LOCK_NAME = ".lmsforge-publish.lock"
@@ -232,15 +232,7 @@ def read_package(path: Path) -> PackageInfo:
         raise UsageError(f"{path}: corrupt package file (its archive does not read back whole); "
                          "rebuild it") from None
     return PackageInfo(path=path.resolve(), name=index.name.normalized, version=str(index.version),
-                       build=index.build, subdir=index.subdir or "noarch", sha256=_sha256(path))
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+                       build=index.build, subdir=index.subdir or "noarch", sha256=sha256_of(path))
 
 
 # --- folder channels ----------------------------------------------------------------------------
@@ -341,7 +333,7 @@ def _plan(infos: Sequence[PackageInfo], folder: Path) -> tuple[list[str], list[s
         target = folder / info.subdir / info.filename
         rel = f"{info.subdir}/{info.filename}"
         if target.exists():
-            if _sha256(target) != info.sha256:
+            if sha256_of(target) != info.sha256:
                 raise UsageError(f"channel {folder} already has {rel} with different contents; "
                                  "bump the build number instead of replacing a published package")
             unchanged.append(rel)
@@ -531,5 +523,5 @@ def snapshot(folder: Path) -> dict[str, str]:
     if folder.is_dir():
         for path in sorted(folder.rglob("*")):
             if path.is_file() and path.name != LOCK_NAME:
-                result[str(path.relative_to(folder))] = _sha256(path)
+                result[str(path.relative_to(folder))] = sha256_of(path)
     return result

@@ -1,4 +1,6 @@
-"""Download a Debian source package's ``.orig`` tarball with apt, without touching apt's config.
+"""Debian packages: build inputs installed with apt, and source packages' ``.orig`` tarballs.
+
+Source downloads never touch apt's configuration:
 
 apt is pointed at a private sources file (``deb-src`` for bookworm, trixie and sid, with the same
 mirror and keyring as the machine's own Debian entry) and a private lists folder, so neither
@@ -9,6 +11,7 @@ tarball arrives.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -72,3 +75,35 @@ def download_orig(package: DebianPackage, archive_name: str, apt_state: Path, in
 def _last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "no output"
+
+
+def missing_packages(packages: tuple[str, ...]) -> list[str]:
+    """Which of PACKAGES dpkg does not have installed (none on a host without dpkg)."""
+    if shutil.which("dpkg-query") is None:
+        return []  # not Debian: the build itself names whatever it cannot find
+    missing = []
+    for package in packages:
+        proc = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Status}", package],
+                              capture_output=True, text=True)
+        if proc.stdout.strip() != "installed":
+            missing.append(package)
+    return missing
+
+
+def ensure_packages(packages: tuple[str, ...], why: str) -> None:
+    """Install missing build inputs with apt when root; otherwise say exactly what to install."""
+    missing = missing_packages(packages)
+    if not missing:
+        return
+    wanted = " ".join(missing)
+    if os.geteuid() != 0:
+        raise LmsforgeError(f"{why}: run `sudo apt-get install {wanted}`")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
+    if subprocess.run(install, capture_output=True, env=env).returncode != 0:
+        # A fresh CI image often has no package lists yet.
+        subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env)
+        proc = subprocess.run(install, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise LmsforgeError(f"`{' '.join(install)}` failed ({_last_line(proc.stderr)}); "
+                                f"install {wanted} by hand")

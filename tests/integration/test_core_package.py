@@ -4,15 +4,12 @@ fresh prefix with py-rattler, and its LMS tests run from the installed package."
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from lmsforge import build, channel, recipes
-from lmsforge.errors import CheckFailed, UsageError
+from lmsforge.errors import UsageError
 from test_channel import TOKEN, ChannelServer, write_auth_file
 
 

@@ -6,7 +6,6 @@ import hashlib
 import http.server
 import json
 import threading
-from pathlib import Path
 
 from fixtures import git, lmsforge, one_line_error, snapshot, write_upstream_yaml
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fixtures import (SERIES_ENV, commit_patch, git, lmsforge, one_line_error, snapshot)
+from fixtures import commit_patch, git, lmsforge, one_line_error, snapshot
 
 
 def cli(toy, *args: str):

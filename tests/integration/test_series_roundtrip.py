@@ -6,8 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from fixtures import (SERIES_ENV, build_series, commit_patch, git, lmsforge, one_line_error,
-                      snapshot)
+from fixtures import SERIES_ENV, commit_patch, git, lmsforge, one_line_error, snapshot
 
 
 def cli(toy, *args: str):

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from lmsforge import debian
+
 from lmsforge.errors import UsageError
 from lmsforge.frameworks import pytorch
 from lmsforge.verify.levels import FAIL, SKIPPED, LevelContext, have_cuda_device
@@ -138,7 +140,7 @@ def test_nvml_header_of_the_toolkit_is_preferred(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="not a Debian machine")
 def test_missing_debian_packages_are_named():
-    assert inputs.missing_debian_packages(("lmsforge-no-such-package",)) == \
+    assert debian.missing_packages(("lmsforge-no-such-package",)) == \
         ["lmsforge-no-such-package"]
 
 

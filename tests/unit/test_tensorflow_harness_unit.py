@@ -126,7 +126,9 @@ def test_unpacked_wheel_takes_only_headers_and_framework_library(tmp_path: Path)
 
 def test_missing_packages_without_root_is_a_one_line_error(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(inputs, "missing_debian_packages", lambda packages: list(packages))
-    monkeypatch.setattr(inputs.os, "geteuid", lambda: 1000)
+    from lmsforge import debian
+
+    monkeypatch.setattr(debian, "missing_packages", lambda packages: list(packages))
+    monkeypatch.setattr(debian.os, "geteuid", lambda: 1000)
     with pytest.raises(inputs.LmsforgeError, match="apt-get install protobuf-compiler"):
         inputs.ensure_protoc()

@@ -8,7 +8,6 @@ than installed, because nothing else on the machine should start depending on it
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -16,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 from lmsforge.cache import Cache
+from lmsforge import debian
 from lmsforge.errors import LmsforgeError
 
 DEBIAN_PACKAGES = ("libfmt-dev", "libcpuinfo-dev", "libgtest-dev")
@@ -28,35 +28,8 @@ def cuda_home() -> Path:
     return Path(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or DEFAULT_CUDA_HOME)
 
 
-def missing_debian_packages(packages: tuple[str, ...] = DEBIAN_PACKAGES) -> list[str]:
-    if shutil.which("dpkg-query") is None:
-        return []  # not Debian: cmake names whatever it cannot find
-    missing = []
-    for package in packages:
-        proc = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Status}", package],
-                              capture_output=True, text=True)
-        if proc.stdout.strip() != "installed":
-            missing.append(package)
-    return missing
-
-
 def ensure_debian_packages(packages: tuple[str, ...] = DEBIAN_PACKAGES) -> None:
-    missing = missing_debian_packages(packages)
-    if not missing:
-        return
-    wanted = " ".join(missing)
-    if os.geteuid() != 0:
-        raise LmsforgeError(f"the c10 build needs Debian packages {wanted}: "
-                            f"run `sudo apt-get install {wanted}`")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
-    if subprocess.run(install, capture_output=True, env=env).returncode != 0:
-        # A fresh CI image often has no package lists yet.
-        subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env)
-        proc = subprocess.run(install, capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            raise LmsforgeError(f"`{' '.join(install)}` failed ({_last_line(proc.stderr)}); "
-                                "install the packages by hand")
+    debian.ensure_packages(packages, "the c10 build needs Debian packages")
 
 
 def ensure_cuda_toolkit() -> Path:

@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 from lmsforge.cache import Cache
+from lmsforge import debian
 from lmsforge.errors import LmsforgeError
 
 TF_VERSION = "2.14.1"
@@ -88,7 +89,7 @@ def library_dir(unpacked: Path) -> Path:
 
 
 def ensure_protoc() -> Path:
-    ensure_debian_packages(PROTOC_PACKAGES, "regenerating config.pb.* needs protoc")
+    debian.ensure_packages(PROTOC_PACKAGES, "regenerating config.pb.* needs protoc")
     protoc = shutil.which("protoc")
     if protoc is None:
         raise LmsforgeError("protoc not found: run `apt-get install protobuf-compiler`")
@@ -96,37 +97,7 @@ def ensure_protoc() -> Path:
 
 
 def ensure_gtest() -> None:
-    ensure_debian_packages(GTEST_PACKAGES, "the core-cpu test needs googletest and googlemock")
-
-
-def missing_debian_packages(packages: tuple[str, ...]) -> list[str]:
-    if shutil.which("dpkg-query") is None:
-        return []  # not Debian: the compiler names whatever it cannot find
-    missing = []
-    for package in packages:
-        proc = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Status}", package],
-                              capture_output=True, text=True)
-        if proc.stdout.strip() != "installed":
-            missing.append(package)
-    return missing
-
-
-def ensure_debian_packages(packages: tuple[str, ...], why: str) -> None:
-    missing = missing_debian_packages(packages)
-    if not missing:
-        return
-    wanted = " ".join(missing)
-    if os.geteuid() != 0:
-        raise LmsforgeError(f"{why}: run `sudo apt-get install {wanted}`")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
-    if subprocess.run(install, capture_output=True, env=env).returncode != 0:
-        # A fresh CI image often has no package lists yet.
-        subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env)
-        proc = subprocess.run(install, capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            raise LmsforgeError(f"`{' '.join(install)}` failed ({_last_line(proc.stderr)}); "
-                                f"install {wanted} by hand")
+    debian.ensure_packages(GTEST_PACKAGES, "the core-cpu test needs googletest and googlemock")
 
 
 def _last_line(text: str) -> str:
