@@ -341,6 +341,23 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     _invoke(ctx, lambda opts: command.run(opts, as_json))
 
 
+@main.command()
+@framework_opt
+@tag_opt
+@click.option("--into", "dest", type=click.Path(path_type=Path), required=True,
+              help="Folder to write (new or empty), or a .tar.gz file with --tarball.")
+@click.option("--tarball", is_flag=True, help="Write one .tar.gz instead of a folder.")
+@click.pass_context
+def bundle(ctx: click.Context, framework: str, tag: str, dest: Path, tarball: bool) -> None:
+    """Write what a GPU host without network needs to run the GPU level and the benchmarks.
+
+    Example: lmsforge bundle --framework pytorch --tag v2.6.0 --into lms-gpu.tar.gz --tarball
+    """
+    from lmsforge.commands import bundle as command
+
+    _invoke(ctx, lambda opts: command.run(opts, framework, tag, dest, tarball))
+
+
 def run() -> None:
     try:
         main(standalone_mode=True)

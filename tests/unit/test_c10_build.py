@@ -186,3 +186,19 @@ def test_full_with_submodules_still_needs_a_build_host(tmp_path):
 def test_apply_is_not_a_pytorch_level(tmp_path):
     with pytest.raises(UsageError, match="no level runner for 'apply'"):
         pytorch.run_level("apply", _ctx(tmp_path, tmp_path))
+
+
+def test_build_folder_from_another_lmsforge_copy_is_started_afresh(tmp_path):
+    """cmake refuses a build folder configured from another source folder; ours is a cache."""
+    from lmsforge.verify.pytorch_c10.build import CMAKE_DIR, _forget_foreign_configuration
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "CMakeCache.txt").write_text("CMAKE_HOME_DIRECTORY:INTERNAL=/elsewhere/lmsforge\n")
+    _forget_foreign_configuration(foreign)
+    assert not foreign.exists()
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "CMakeCache.txt").write_text(f"CMAKE_HOME_DIRECTORY:INTERNAL={CMAKE_DIR}\n")
+    _forget_foreign_configuration(ours)
+    assert (ours / "CMakeCache.txt").is_file()

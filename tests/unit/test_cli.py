@@ -7,7 +7,7 @@ import pytest
 from fixtures import lmsforge, one_line_error, snapshot
 
 COMMANDS = ["list", "fetch", "apply", "verify", "export", "status", "port", "render", "build",
-            "test", "publish", "doctor"]
+            "test", "publish", "doctor", "bundle"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -37,6 +37,19 @@ class BuildResult(NamedTuple):
     log: Path
 
 
+def _forget_foreign_configuration(build_dir: Path) -> None:
+    """A build folder configured from another copy of lmsforge (another checkout, a moved
+    install) makes cmake refuse to run; the folder is our cache, so start it afresh."""
+    cache_file = build_dir / "CMakeCache.txt"
+    if not cache_file.is_file():
+        return
+    for line in cache_file.read_text(errors="replace").splitlines():
+        if line.startswith("CMAKE_HOME_DIRECTORY:INTERNAL="):
+            if Path(line.split("=", 1)[1]).resolve() != Path(CMAKE_DIR).resolve():
+                shutil.rmtree(build_dir)
+            return
+
+
 def test_sources(tree: Path, suite: str) -> list[Path]:
     return sorted(tree.glob(SUITES[suite].sources))
 
@@ -55,6 +68,7 @@ def build(tree: Path, build_dir: Path, targets: Sequence[str], *, cache_root: Pa
     if cuda:
         configure += [f"-DCUDAToolkit_ROOT={inputs.ensure_cuda_toolkit()}",
                       f"-DNVML_INCLUDE_DIR={inputs.nvml_include_dir(cache_root)}"]
+    _forget_foreign_configuration(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
     log = log or build_dir / "build.log"
     with open(log, "w") as out, Timer() as timer:

@@ -80,6 +80,40 @@ def unpacked_wheel(cache_root: Path) -> Path:
     return target
 
 
+NUMPY_VERSION = "1.26.4"  # the NumPy 1.x API TensorFlow 2.14 was built against
+
+
+def numpy_include(cache_root: Path) -> Path:
+    """NumPy's C headers (for tfe_wrapper.cc), from a pinned wheel: the same on every host,
+    whatever NumPy (if any) the running Python has."""
+    target = wheels_dir(cache_root) / f"numpy-{NUMPY_VERSION}"
+    include = target / "numpy" / "core" / "include"
+    if (target / UNPACK_MARKER).is_file():
+        return include
+    folder = wheels_dir(cache_root)
+    folder.mkdir(parents=True, exist_ok=True)
+    with Cache(cache_root).lock(f"wheel-numpy-{NUMPY_VERSION}"):
+        if (target / UNPACK_MARKER).is_file():
+            return include
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--python-version", WHEEL_PYTHON, "--platform", WHEEL_PLATFORM,
+               "-d", str(folder), f"numpy=={NUMPY_VERSION}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        found = sorted(folder.glob(f"numpy-{NUMPY_VERSION}-*.whl"))
+        if proc.returncode != 0 or not found:
+            raise LmsforgeError(f"could not download numpy=={NUMPY_VERSION} "
+                                f"({_last_line(proc.stderr)}); check that PyPI is reachable")
+        partial = Cache(cache_root).partial / f"numpy-{NUMPY_VERSION}-{os.getpid()}"
+        shutil.rmtree(partial, ignore_errors=True)
+        with zipfile.ZipFile(found[0]) as archive:
+            archive.extractall(partial, [n for n in archive.namelist()
+                                         if n.startswith("numpy/core/include/")])
+        (partial / UNPACK_MARKER).write_text(found[0].name + "\n")
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+    return include
+
+
 def include_dir(unpacked: Path) -> Path:
     return unpacked / "tensorflow" / "include"
 

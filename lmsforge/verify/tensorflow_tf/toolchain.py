@@ -12,7 +12,9 @@ import sysconfig
 from pathlib import Path
 from typing import NamedTuple
 
+from lmsforge.cache import default_cache_dir
 from lmsforge.errors import LmsforgeError
+from lmsforge.verify.tensorflow_tf import inputs
 
 CXX = "g++"
 WHEEL_FLAGS = ("-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=1", "-DEIGEN_MAX_ALIGN_BYTES=64")
@@ -36,9 +38,7 @@ def include_flags(paths: Paths, *, gpu: bool = False, python: bool = False) -> l
         dirs += [inc / "third_party" / "gpus" / "cuda" / "include", paths.shim]
     if python:
         dirs += [inc / "external" / "pybind11" / "include", Path(sysconfig.get_paths()["include"])]
-        numpy = _numpy_include()
-        if numpy is not None:
-            dirs.append(numpy)
+        dirs.append(inputs.numpy_include(default_cache_dir()))
     return [f"-I{d}" for d in dirs]
 
 
@@ -61,11 +61,3 @@ def generate_protos(protoc: Path, paths: Paths) -> list[Path]:
             raise LmsforgeError(f"protoc failed on {proto}: {first}")
         outputs.append(paths.generated / proto.replace(".proto", ".pb.cc"))
     return outputs
-
-
-def _numpy_include() -> Path | None:
-    try:
-        import numpy  # noqa: PLC0415 (optional: only tfe_wrapper.cc needs it)
-    except ImportError:
-        return None
-    return Path(numpy.get_include())

@@ -1,0 +1,415 @@
+// lms_bench_oversub: a synthetic forward/backward loop whose activations
+// total k times the LMS limit (k = 1, 2, 4, 8), against the same loop with no
+// limit and against the lower bound of lms-anchors.md section 4.3 (docs/gpu.md).
+//
+// One step, like a training step: forward allocates one activation storage
+// per layer (layer i reads layer i-1), then backward walks the layers in
+// reverse, updating a gradient buffer from each activation and freeing it.
+// Activations are pinned while a kernel uses them and inactive otherwise, so
+// LMS pages the oldest out during forward and back in during backward.
+//
+// The no-limit run ("oracle") is the same loop with LMS off; it runs only
+// where all activations fit on the device. The bound per step is
+//   max(T_forward, S_out / B_d2h) + max(T_backward, S_in / B_h2d)
+// with T_* from the oracle (0 without one), S_* the bytes LMS moved (its
+// counters) and B_* raw pinned cudaMemcpyAsync bandwidth measured in this run
+// at the activation size. The final gradient is checked against a host
+// reference on sampled elements and, where the oracle ran, bit for bit
+// against the oracle's.
+
+#include "common.h"
+#include "kernels.h"
+#include "pattern.h"
+
+#include <c10/core/LargeModelSupport.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDALargeModelSupport.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace lms_bench;
+namespace Caching = c10::cuda::CUDACachingAllocator;
+namespace lms = c10::cuda::lms;
+using StoragePtr = c10::intrusive_ptr<c10::StorageImpl>;
+
+constexpr const char* kProgram = "lms_bench_oversub";
+constexpr size_t kSamples = 4096;
+// Device memory left free beside an oracle run (CUDA context, the gradient).
+constexpr double kOracleMemoryShare = 0.85;
+
+struct Settings {
+  std::string out;
+  size_t limit;
+  std::vector<long> factors;
+  int layers_per_limit;
+  int rounds;
+  int steps;
+  int warmup;
+  int device;
+  bool oracle;
+};
+
+Settings parse(int argc, char** argv, bool* help) {
+  Args args(kProgram,
+            "Times a forward/backward loop over activations of k x the LMS limit against\n"
+            "the same loop without a limit and the bandwidth bound; writes JSON.");
+  args.option("out", "", "JSON file to write (required)");
+  args.option("limit", "1G", "LMS device memory limit");
+  args.option("factors", "1,2,4,8", "oversubscription factors k, comma-separated, 1..64");
+  args.option("layers-per-limit", "8", "activations per limit's worth of memory (sets their size)");
+  args.option("rounds", "64", "mixing rounds per element and layer (compute per byte)");
+  args.option("steps", "10", "timed steps per configuration (the median is reported)");
+  args.option("warmup", "2", "untimed steps per configuration");
+  args.option("device", "0", "CUDA device index");
+  args.flag("no-oracle", "skip the runs without a limit");
+  *help = !args.parse(argc, argv);
+  Settings s;
+  if (*help) {
+    return s;
+  }
+  s.out = args.get("out");
+  if (s.out.empty()) {
+    throw UsageError("--out is required");
+  }
+  s.limit = parse_size(args.get("limit"));
+  if (s.limit < 64 * kMiB) {
+    throw UsageError("--limit: at least 64M");
+  }
+  s.factors = parse_int_list(args.get("factors"), 1, 64, "factors");
+  s.layers_per_limit =
+      static_cast<int>(parse_int(args.get("layers-per-limit"), 2, 1024, "layers-per-limit"));
+  s.rounds = static_cast<int>(parse_int(args.get("rounds"), 1, 100000, "rounds"));
+  s.steps = static_cast<int>(parse_int(args.get("steps"), 1, 10000, "steps"));
+  s.warmup = static_cast<int>(parse_int(args.get("warmup"), 0, 1000, "warmup"));
+  s.device = static_cast<int>(parse_int(args.get("device"), 0, 63, "device"));
+  s.oracle = !args.has_flag("no-oracle");
+  return s;
+}
+
+// The activation size: a limit's worth of memory holds `layers_per_limit`.
+size_t activation_bytes(const Settings& s) {
+  size_t bytes = s.limit / static_cast<size_t>(s.layers_per_limit);
+  return bytes / (2 * kMiB) * (2 * kMiB);  // whole caching-allocator pages
+}
+
+StoragePtr make_storage(size_t nbytes) {
+  return c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), c10::SymInt(static_cast<int64_t>(nbytes)),
+      Caching::get(), /*resizable=*/false);
+}
+
+// pin()/unpin() where LMS manages the storage; nothing for the oracle.
+void pin(const StoragePtr& storage) {
+  if (storage->lms() != nullptr) {
+    storage->lms()->pin();
+  }
+}
+
+void unpin(const StoragePtr& storage) {
+  if (storage->lms() != nullptr) {
+    storage->lms()->unpin();
+  }
+}
+
+struct StepTimes {
+  std::vector<double> step_ms, forward_ms, backward_ms;
+  int64_t out_bytes = 0;  // per step, from the LMS counters (the last step)
+  int64_t in_bytes = 0;
+  int64_t reserved_peak = 0;
+  std::vector<uint32_t> grad;  // the final gradient, for the checks
+};
+
+int64_t aggregate(const c10::CachingDeviceAllocator::StatArray& stat) {
+  return stat[static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE)].peak;
+}
+
+StepTimes run_loop(const Settings& s, int layers, size_t bytes) {
+  const c10::DeviceIndex device = static_cast<c10::DeviceIndex>(s.device);
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
+  const size_t words = bytes / sizeof(uint32_t);
+  StepTimes times;
+  StoragePtr grad = make_storage(bytes);
+  pin(grad);
+  Caching::resetPeakStats(device);
+  cudaEvent_t start = nullptr, middle = nullptr, stop = nullptr;
+  LMS_BENCH_CUDA(cudaEventCreate(&start));
+  LMS_BENCH_CUDA(cudaEventCreate(&middle));
+  LMS_BENCH_CUDA(cudaEventCreate(&stop));
+  for (int step = -s.warmup; step < s.steps; ++step) {
+    auto before = Caching::getDeviceStats(device);
+    LMS_BENCH_CUDA(cudaEventRecord(start, stream));
+    std::vector<StoragePtr> activations;
+    for (int layer = 0; layer < layers; ++layer) {
+      activations.push_back(make_storage(bytes));
+      pin(activations.back());
+      const uint32_t* in = layer == 0
+          ? nullptr
+          : static_cast<const uint32_t*>(activations[layer - 1]->data());
+      LMS_BENCH_CUDA(forward_layer(
+          in, static_cast<uint32_t*>(activations.back()->mutable_data()), words, layer,
+          s.rounds, stream));
+      if (layer > 0) {
+        unpin(activations[layer - 1]);
+      }
+    }
+    unpin(activations.back());
+    LMS_BENCH_CUDA(cudaEventRecord(middle, stream));
+    LMS_BENCH_CUDA(init_grad(static_cast<uint32_t*>(grad->mutable_data()), words, stream));
+    for (int layer = layers - 1; layer >= 0; --layer) {
+      pin(activations[layer]);
+      LMS_BENCH_CUDA(backward_layer(static_cast<const uint32_t*>(activations[layer]->data()),
+                                    static_cast<uint32_t*>(grad->mutable_data()), words,
+                                    s.rounds, stream));
+      unpin(activations[layer]);
+      activations[layer].reset();
+    }
+    LMS_BENCH_CUDA(cudaEventRecord(stop, stream));
+    LMS_BENCH_CUDA(cudaEventSynchronize(stop));
+    float step_ms = 0, forward_ms = 0, backward_ms = 0;
+    LMS_BENCH_CUDA(cudaEventElapsedTime(&step_ms, start, stop));
+    LMS_BENCH_CUDA(cudaEventElapsedTime(&forward_ms, start, middle));
+    LMS_BENCH_CUDA(cudaEventElapsedTime(&backward_ms, middle, stop));
+    auto after = Caching::getDeviceStats(device);
+    times.out_bytes = after.reclaimed_bytes - before.reclaimed_bytes;
+    times.in_bytes = after.paged_in_bytes - before.paged_in_bytes;
+    if (step >= 0) {
+      times.step_ms.push_back(step_ms);
+      times.forward_ms.push_back(forward_ms);
+      times.backward_ms.push_back(backward_ms);
+    }
+  }
+  times.reserved_peak = aggregate(Caching::getDeviceStats(device).reserved_bytes);
+  times.grad.resize(words);
+  LMS_BENCH_CUDA(cudaMemcpy(times.grad.data(), grad->data(), bytes, cudaMemcpyDeviceToHost));
+  unpin(grad);
+  grad.reset();
+  LMS_BENCH_CUDA(cudaEventDestroy(start));
+  LMS_BENCH_CUDA(cudaEventDestroy(middle));
+  LMS_BENCH_CUDA(cudaEventDestroy(stop));
+  Caching::emptyCache();
+  return times;
+}
+
+// Sampled elements of the gradient recomputed on the host; returns mismatches.
+size_t check_against_host(const std::vector<uint32_t>& grad, int layers, int rounds) {
+  size_t mismatches = 0;
+  size_t stride = std::max<size_t>(1, grad.size() / kSamples);
+  std::vector<uint32_t> activation(static_cast<size_t>(layers));
+  for (size_t index = 0; index < grad.size(); index += stride) {
+    uint32_t x = input_word(index);
+    for (int layer = 0; layer < layers; ++layer) {
+      x = forward_word(x, layer, rounds);
+      activation[static_cast<size_t>(layer)] = x;
+    }
+    uint32_t g = grad_init_word(index);
+    for (int layer = layers - 1; layer >= 0; --layer) {
+      g = backward_word(g, activation[static_cast<size_t>(layer)], rounds);
+    }
+    mismatches += grad[index] != g ? 1 : 0;
+  }
+  return mismatches;
+}
+
+// Raw pinned bandwidth at `bytes` per copy, in bytes per millisecond.
+std::pair<double, double> measure_bandwidth(size_t bytes, int device) {
+  const int copies = 8;
+  cudaStream_t stream = nullptr;
+  LMS_BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  void* dev = nullptr;
+  void* host = nullptr;
+  LMS_BENCH_CUDA(cudaMalloc(&dev, bytes));
+  LMS_BENCH_CUDA(cudaHostAlloc(&host, bytes, cudaHostAllocDefault));
+  LMS_BENCH_CUDA(fill_pattern(static_cast<uint32_t*>(dev), bytes / 4, 1, stream));
+  std::vector<double> d2h, h2d;
+  EventPair timer;
+  for (int rep = -2; rep < 10; ++rep) {
+    timer.start(stream);
+    for (int i = 0; i < copies; ++i) {
+      LMS_BENCH_CUDA(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream));
+    }
+    timer.stop(stream);
+    double out_ms = timer.elapsed_ms();
+    timer.start(stream);
+    for (int i = 0; i < copies; ++i) {
+      LMS_BENCH_CUDA(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream));
+    }
+    timer.stop(stream);
+    double in_ms = timer.elapsed_ms();
+    if (rep >= 0) {
+      d2h.push_back(out_ms);
+      h2d.push_back(in_ms);
+    }
+  }
+  LMS_BENCH_CUDA(cudaFree(dev));
+  LMS_BENCH_CUDA(cudaFreeHost(host));
+  LMS_BENCH_CUDA(cudaStreamDestroy(stream));
+  (void)device;
+  double moved = static_cast<double>(bytes) * copies;
+  return {moved / summarize(d2h).median_ms, moved / summarize(h2d).median_ms};
+}
+
+void write_times(Json& json, const std::string& key, const StepTimes& t) {
+  json.begin_object(key);
+  json.field("step_ms", summarize(t.step_ms).median_ms);
+  json.field("forward_ms", summarize(t.forward_ms).median_ms);
+  json.field("backward_ms", summarize(t.backward_ms).median_ms);
+  json.field("step_min_ms", summarize(t.step_ms).min_ms);
+  json.field("step_max_ms", summarize(t.step_ms).max_ms);
+  json.field("out_bytes_per_step", static_cast<long long>(t.out_bytes));
+  json.field("in_bytes_per_step", static_cast<long long>(t.in_bytes));
+  json.field("reserved_peak_bytes", static_cast<long long>(t.reserved_peak));
+  json.begin_array("step_samples_ms");
+  for (double sample : t.step_ms) {
+    json.value(sample);
+  }
+  json.end_array();
+  json.end_object();
+}
+
+int run(int argc, char** argv) {
+  bool help = false;
+  Settings s = parse(argc, argv, &help);
+  if (help) {
+    return kExitOk;
+  }
+  require_device(s.device);
+  const c10::DeviceIndex device = static_cast<c10::DeviceIndex>(s.device);
+  Caching::init(c10::cuda::device_count());
+  c10::cuda::set_device(device);
+  lms::set_host_limit(0);
+  const size_t bytes = activation_bytes(s);
+  if (bytes == 0) {
+    throw UsageError("--limit / --layers-per-limit leaves activations under 2 MiB");
+  }
+  size_t device_free = 0, device_total = 0;
+  LMS_BENCH_CUDA(cudaMemGetInfo(&device_free, &device_total));
+  if (s.limit + 2 * bytes > device_free) {
+    throw UsageError("--limit " + format_size(s.limit) + " does not fit in the " +
+                     format_size(device_free) + " free on the device");
+  }
+  auto [d2h_bytes_per_ms, h2d_bytes_per_ms] = measure_bandwidth(bytes, s.device);
+
+  Json json;
+  json.begin_object();
+  json.field("benchmark", "oversubscription");
+  json.field("schema", 1);
+  write_device_info(json, s.device);
+  json.begin_object("settings");
+  json.field("limit_bytes", s.limit);
+  json.field("activation_bytes", bytes);
+  json.field("layers_per_limit", s.layers_per_limit);
+  json.field("rounds", s.rounds);
+  json.field("steps", s.steps);
+  json.field("warmup", s.warmup);
+  json.end_object();
+  json.begin_object("bandwidth");
+  json.field("d2h_gbps", d2h_bytes_per_ms / 1e6);
+  json.field("h2d_gbps", h2d_bytes_per_ms / 1e6);
+  json.field("copy_bytes", bytes);
+  json.end_object();
+  json.begin_array("results");
+
+  size_t failures = 0;
+  std::printf("%4s %7s %12s %12s %12s %10s %10s\n", "k", "layers", "lms ms", "oracle ms",
+              "bound ms", "bound eff", "overhead");
+  for (long k : s.factors) {
+    const int layers = static_cast<int>(k) * s.layers_per_limit;
+    const size_t total = bytes * static_cast<size_t>(layers);
+
+    lms::set_enabled(true);
+    lms::set_limit(s.limit);
+    StepTimes with_lms = run_loop(s, layers, bytes);
+    lms::set_enabled(false);
+    lms::set_limit(0);
+    size_t host_bad = check_against_host(with_lms.grad, layers, s.rounds);
+
+    std::optional<StepTimes> oracle;
+    LMS_BENCH_CUDA(cudaMemGetInfo(&device_free, &device_total));
+    bool oracle_fits = total + 2 * bytes <=
+        static_cast<size_t>(kOracleMemoryShare * static_cast<double>(device_free));
+    if (s.oracle && oracle_fits) {
+      oracle = run_loop(s, layers, bytes);
+    }
+    bool same_as_oracle = !oracle || oracle->grad == with_lms.grad;
+    bool data_ok = host_bad == 0 && same_as_oracle;
+    failures += data_ok ? 0 : 1;
+
+    double t_forward = oracle ? summarize(oracle->forward_ms).median_ms : 0.0;
+    double t_backward = oracle ? summarize(oracle->backward_ms).median_ms : 0.0;
+    double out_ms = static_cast<double>(with_lms.out_bytes) / d2h_bytes_per_ms;
+    double in_ms = static_cast<double>(with_lms.in_bytes) / h2d_bytes_per_ms;
+    double bound_ms = std::max(t_forward, out_ms) + std::max(t_backward, in_ms);
+    double simple_bound_ms = std::max({t_forward + t_backward, out_ms, in_ms});
+    // The least any scheduler must move: what does not fit under the limit.
+    double min_moved = total > s.limit ? static_cast<double>(total - s.limit) : 0.0;
+    double min_bound_ms = std::max(t_forward, min_moved / d2h_bytes_per_ms) +
+        std::max(t_backward, min_moved / h2d_bytes_per_ms);
+    double lms_ms = summarize(with_lms.step_ms).median_ms;
+
+    json.begin_object();
+    json.field("k", static_cast<long long>(k));
+    json.field("layers", layers);
+    json.field("activation_total_bytes", total);
+    write_times(json, "lms", with_lms);
+    if (oracle) {
+      write_times(json, "oracle", *oracle);
+    } else {
+      json.null_field("oracle");
+      json.field("oracle_skipped", s.oracle ? "activations do not fit on the device"
+                                            : "--no-oracle");
+    }
+    json.begin_object("bound");
+    json.field("step_ms", bound_ms);
+    json.field("simple_step_ms", simple_bound_ms);
+    json.field("min_traffic_step_ms", min_bound_ms);
+    json.field("transfer_out_ms", out_ms);
+    json.field("transfer_in_ms", in_ms);
+    json.field("uses_oracle_compute", oracle.has_value());
+    json.end_object();
+    json.field("bound_efficiency", bound_ms / lms_ms);
+    if (oracle) {
+      json.field("overhead_vs_oracle", lms_ms / summarize(oracle->step_ms).median_ms - 1.0);
+    } else {
+      json.null_field("overhead_vs_oracle");
+    }
+    json.field("host_reference_mismatches", host_bad);
+    json.field("matches_oracle", oracle ? same_as_oracle : true);
+    json.field("data_ok", data_ok);
+    json.end_object();
+
+    std::printf("%4ld %7d %12.2f %12s %12.2f %10.3f %10s%s\n", k, layers, lms_ms,
+                oracle ? std::to_string(summarize(oracle->step_ms).median_ms).c_str() : "-",
+                bound_ms, bound_ms / lms_ms,
+                oracle ? std::to_string(lms_ms / summarize(oracle->step_ms).median_ms - 1.0)
+                             .c_str()
+                       : "-",
+                data_ok ? "" : "  DATA MISMATCH");
+    std::fflush(stdout);
+  }
+  json.end_array();
+  json.field("data_ok", failures == 0);
+  json.end_object();
+  json.write(s.out);
+  if (failures != 0) {
+    throw CheckFailed(std::to_string(failures) + " configuration(s) computed a wrong gradient");
+  }
+  std::printf("wrote %s\n", s.out.c_str());
+  return kExitOk;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return lms_bench::run_program(kProgram, [&] { return run(argc, argv); });
+}
