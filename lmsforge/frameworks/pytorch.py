@@ -1,7 +1,10 @@
 """PyTorch's verification levels above `apply` (``verification.md``).
 
-`compile` builds c10 + c10_cuda from the patched tree; `core-cpu` and `core-gpu` build and run
-the series' own googletest files against them. All levels share one incremental build folder.
+`compile` builds c10 + c10_cuda from the patched tree, then runs its torchgen, checks the LMS pin
+guard in every generated CUDA wrapper taking tensors, syntax-compiles the other touched translation
+units and byte-compiles the touched Python files (``verify/pytorch_codegen``); `core-cpu` and
+`core-gpu` build and run the series' own googletest files against them. All levels share one
+incremental build folder.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from lmsforge.errors import LmsforgeError, UsageError
 from lmsforge.verify.levels import (FAIL, LEVELS, PASS, SKIPPED, LevelContext, LevelResult, Timer,
                                     have_cuda_device, skipped)
 from lmsforge.verify.pytorch_c10 import build, gtest
+from lmsforge.verify.pytorch_codegen import check as codegen_check
 
 BUILD_SUBDIR = "c10-build"
 # Submodules a full build cannot do without; source archives (Debian's dfsg tarballs) lack them.
@@ -43,10 +47,16 @@ def _compile(ctx: LevelContext) -> LevelResult:
     ctx.say(f"compile: building c10 + c10_cuda in {_build_dir(ctx)}")
     built = _build(ctx, "compile", build.LIBRARIES)
     tus = build.count_tus(_build_dir(ctx), build.LIBRARIES)
-    return LevelResult("compile", PASS,
-                       detail=f"c10 + c10_cuda built ({tus} TUs, {built.tus} recompiled)",
-                       facts={"tus": tus, "tus_compiled": built.tus,
-                              "build_seconds": round(built.seconds, 1)},
+    facts: dict[str, object] = {"tus": tus, "tus_compiled": built.tus,
+                                "build_seconds": round(built.seconds, 1)}
+    detail = f"c10 + c10_cuda built ({tus} TUs, {built.tus} recompiled)"
+    codegen = codegen_check.run(ctx.tree, ctx.base, ctx.work_dir, _build_dir(ctx) / "generated",
+                                default_cache_dir(), ctx.jobs, built.log, ctx.say)
+    facts.update(codegen.facts())
+    if codegen.failures:
+        return LevelResult("compile", FAIL, detail="; ".join(codegen.failures), facts=facts,
+                           log=str(built.log))
+    return LevelResult("compile", PASS, detail=f"{detail}; {codegen.summary()}", facts=facts,
                        log=str(built.log))
 
 
