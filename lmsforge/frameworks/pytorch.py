@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from lmsforge.cache import default_cache_dir
-from lmsforge.errors import LmsforgeError, UsageError
-from lmsforge.verify.levels import (FAIL, LEVELS, PASS, SKIPPED, LevelContext, LevelResult, Timer,
-                                    have_cuda_device, skipped)
+from lmsforge.verify.levels import (FAIL, LEVELS, PASS, LevelContext, LevelResult, dispatch,
+                                    have_cuda_device, judge_tests, skipped)
 from lmsforge.verify.pytorch_c10 import build, gtest
 from lmsforge.verify.pytorch_codegen import check as codegen_check
 
@@ -23,24 +22,10 @@ BUILD_SUBDIR = "c10-build"
 # Submodules a full build cannot do without; source archives (Debian's dfsg tarballs) lack them.
 FULL_BUILD_SUBMODULES = ("third_party/pybind11", "third_party/cpuinfo", "third_party/fmt",
                          "third_party/cutlass")
-MAX_FAILURES_NAMED = 3
 
 
 def run_level(level: str, ctx: LevelContext) -> LevelResult:
-    runner = _RUNNERS.get(level)
-    if runner is None:
-        raise UsageError(f"pytorch has no level runner for {level!r}; "
-                         f"choose one of {', '.join(_RUNNERS)}")
-    with Timer() as timer:
-        try:
-            result = runner(ctx)
-        except LmsforgeError as error:
-            log = ctx.log_path(level)
-            result = LevelResult(level, FAIL, detail=str(error),
-                                 log=str(log) if log.is_file() else None)
-    if result.status != SKIPPED:
-        result.seconds = timer.seconds
-    return result
+    return dispatch("pytorch", _RUNNERS, level, ctx)
 
 
 def _compile(ctx: LevelContext) -> LevelResult:
@@ -89,24 +74,10 @@ def _run_suite(ctx: LevelContext, level: str, suite: str) -> LevelResult:
     ctx.say(f"{level}: running {spec.target}")
     run = gtest.run_gtest(_build_dir(ctx) / spec.target, log=built.log,
                           json_path=ctx.work_dir / f"{level}.json", append=True)
-    report = run.report
-    facts = {"tests_passed": report.passed, "tests_failed": report.failed,
-             "tests_skipped": report.skipped, "tests_disabled": report.disabled,
-             "test_files": len(sources), "tus_compiled": built.tus,
-             "build_seconds": round(built.seconds, 1), "test_seconds": round(run.seconds, 1)}
-    ran = report.passed + report.failed
-    if report.failed:
-        named = ", ".join(report.failures[:MAX_FAILURES_NAMED])
-        more = len(report.failures) - MAX_FAILURES_NAMED
-        named += f" and {more} more" if more > 0 else ""
-        status, detail = FAIL, f"{report.failed} of {ran} tests failed: {named}"
-    elif report.passed == 0:
-        status, detail = FAIL, f"no test passed ({report.skipped} skipped)"
-    else:
-        status, detail = PASS, f"{report.passed} tests passed"
-        if report.skipped:
-            detail += f", {report.skipped} skipped"
-    return LevelResult(level, status, detail=detail, facts=facts, log=str(built.log))
+    return judge_tests(level, run.report,
+                       {"test_files": len(sources), "tus_compiled": built.tus,
+                        "build_seconds": round(built.seconds, 1),
+                        "test_seconds": round(run.seconds, 1)}, str(built.log))
 
 
 def _build(ctx: LevelContext, level: str, targets: Sequence[str]) -> build.BuildResult:

@@ -15,31 +15,18 @@ from typing import Callable
 
 from lmsforge import git
 from lmsforge.cache import default_cache_dir
-from lmsforge.errors import LmsforgeError, UsageError
-from lmsforge.verify.levels import (FAIL, LEVELS, PASS, SKIPPED, LevelContext, LevelResult, Timer,
-                                    skipped)
+from lmsforge.verify.levels import (FAIL, LEVELS, PASS, LevelContext, LevelResult, Timer,
+                                    dispatch, judge_tests, skipped)
 from lmsforge.verify.pytorch_c10 import gtest
 from lmsforge.verify.tensorflow_tf import compile_units, core_cpu, inputs, toolchain
 
-MAX_FAILURES_NAMED = 3
 CORE_GPU_REASON = "no TensorFlow GPU harness on the GPU host image"
 FULL_REASON = ("needs a Bazel build of TensorFlow with network access and a GPU build host "
                "(the ci/ release pipeline); not possible on these machines")
 
 
 def run_level(level: str, ctx: LevelContext) -> LevelResult:
-    runner = _RUNNERS.get(level)
-    if runner is None:
-        raise UsageError(f"tensorflow has no level runner for {level!r}; "
-                         f"choose one of {', '.join(_RUNNERS)}")
-    with Timer() as timer:
-        try:
-            result = runner(ctx)
-        except LmsforgeError as error:
-            result = LevelResult(level, FAIL, detail=str(error), log=str(ctx.log_path(level)))
-    if result.status != SKIPPED:
-        result.seconds = timer.seconds
-    return result
+    return dispatch("tensorflow", _RUNNERS, level, ctx)
 
 
 def _compile(ctx: LevelContext) -> LevelResult:
@@ -102,25 +89,10 @@ def _core_cpu(ctx: LevelContext) -> LevelResult:
                                 ctx.work_dir / "core-cpu", log, ctx.jobs)
     ctx.say(f"core-cpu: running {binary.name}")
     run = gtest.run_gtest(binary, log=log, json_path=ctx.work_dir / "core-cpu.json", append=True)
-    report = run.report
-    facts = {"tests_passed": report.passed, "tests_failed": report.failed,
-             "tests_skipped": report.skipped, "tests_disabled": report.disabled,
-             "test_files": len(sources.tests), "build_seconds": round(build_timer.seconds, 1),
-             "test_seconds": round(run.seconds, 1)}
-    ran = report.passed + report.failed
-    if report.failed:
-        named = ", ".join(report.failures[:MAX_FAILURES_NAMED])
-        more = len(report.failures) - MAX_FAILURES_NAMED
-        named += f" and {more} more" if more > 0 else ""
-        return LevelResult("core-cpu", FAIL, detail=f"{report.failed} of {ran} tests failed: "
-                           f"{named}", facts=facts, log=str(log))
-    if report.passed == 0:
-        return LevelResult("core-cpu", FAIL, detail=f"no test passed ({report.skipped} skipped)",
-                           facts=facts, log=str(log))
-    detail = f"{report.passed} tests passed"
-    if report.skipped:
-        detail += f", {report.skipped} skipped"
-    return LevelResult("core-cpu", PASS, detail=detail, facts=facts, log=str(log))
+    return judge_tests("core-cpu", run.report,
+                       {"test_files": len(sources.tests),
+                        "build_seconds": round(build_timer.seconds, 1),
+                        "test_seconds": round(run.seconds, 1)}, str(log))
 
 
 def _core_gpu(ctx: LevelContext) -> LevelResult:

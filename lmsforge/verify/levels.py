@@ -11,7 +11,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping, Protocol, Sequence
 
 LEVELS = ("apply", "compile", "core-cpu", "core-gpu", "full")
 
@@ -72,3 +72,56 @@ class Timer:
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.monotonic() - self.start
+
+
+MAX_FAILURES_NAMED = 3
+
+
+class TestReport(Protocol):
+    passed: int
+    failed: int
+    skipped: int
+    disabled: int
+    failures: Sequence[str]
+
+
+def dispatch(framework: str, runners: Mapping[str, Callable[[LevelContext], LevelResult]],
+             level: str, ctx: LevelContext) -> LevelResult:
+    """Run one framework level runner; a failure it raises becomes a FAIL with its one line."""
+    from lmsforge.errors import LmsforgeError, UsageError
+
+    runner = runners.get(level)
+    if runner is None:
+        raise UsageError(f"{framework} has no level runner for {level!r}; "
+                         f"choose one of {', '.join(runners)}")
+    with Timer() as timer:
+        try:
+            result = runner(ctx)
+        except LmsforgeError as error:
+            log = ctx.log_path(level)
+            result = LevelResult(level, FAIL, detail=str(error),
+                                 log=str(log) if log.is_file() else None)
+    if result.status != SKIPPED:
+        result.seconds = timer.seconds
+    return result
+
+
+def judge_tests(level: str, report: TestReport, facts: dict[str, object],
+                log: str | None) -> LevelResult:
+    """PASS only when tests ran and none failed: a level never passes with zero tests."""
+    facts = {"tests_passed": report.passed, "tests_failed": report.failed,
+             "tests_skipped": report.skipped, "tests_disabled": report.disabled, **facts}
+    ran = report.passed + report.failed
+    if report.failed:
+        named = ", ".join(report.failures[:MAX_FAILURES_NAMED])
+        more = len(report.failures) - MAX_FAILURES_NAMED
+        named += f" and {more} more" if more > 0 else ""
+        return LevelResult(level, FAIL, detail=f"{report.failed} of {ran} tests failed: {named}",
+                           facts=facts, log=log)
+    if report.passed == 0:
+        return LevelResult(level, FAIL, detail=f"no test passed ({report.skipped} skipped)",
+                           facts=facts, log=log)
+    detail = f"{report.passed} tests passed"
+    if report.skipped:
+        detail += f", {report.skipped} skipped"
+    return LevelResult(level, PASS, detail=detail, facts=facts, log=log)
