@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -17,8 +18,10 @@ def test_cuda_lms_tests_skip_cleanly_without_cuda(pytorch_v260_lms_tree, tmp_pat
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: run the file against an LMS build instead")
     test_file = pytorch_v260_lms_tree / "test" / "test_cuda_lms.py"
-    # Run from outside the tree so `import torch` finds the installed build, not the sources.
-    proc = subprocess.run([sys.executable, str(test_file), "-v"], cwd=tmp_path,
+    # Run from outside the tree so `import torch` finds the installed build, not the sources;
+    # without CI in the environment, torch's run_tests() writes no XML reports.
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    proc = subprocess.run([sys.executable, str(test_file), "-v"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     output = proc.stdout + proc.stderr
     print(output[-2000:])
