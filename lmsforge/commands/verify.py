@@ -9,7 +9,7 @@ from lmsforge import frameworks, series as series_mod, ui
 from lmsforge.errors import UsageError
 from lmsforge.options import Options
 from lmsforge.verify import runner
-from lmsforge.verify.levels import FAIL, SKIPPED
+from lmsforge.verify.levels import SKIPPED
 
 
 def selected_series(opts: Options, framework: str | None, tag: str | None) -> list[tuple[str, str]]:
@@ -54,5 +54,3 @@ def run(opts: Options, framework: str | None, tag: str | None, level: str, requi
         ui.error(f"level {level} was required but skipped (see the reason above)")
     return 1 if failed or unmet else 0
 
-
-__all__ = ["run", "FAIL"]

@@ -12,7 +12,7 @@ from lmsforge import frameworks, series as series_mod, upstream
 from lmsforge.errors import LmsforgeError
 from lmsforge.options import Options
 from lmsforge.verify import apply_level
-from lmsforge.verify.levels import FAIL, LEVELS, PASS, SKIPPED, LevelContext, LevelResult
+from lmsforge.verify.levels import FAIL, LEVELS, SKIPPED, LevelContext, LevelResult
 
 
 @dataclass
@@ -93,10 +93,3 @@ def last_report(opts: Options, framework: str, tag: str) -> dict[str, object] | 
         return json.loads(path.read_text())
     except json.JSONDecodeError:
         return None
-
-
-def summarize(results: list[LevelResult]) -> dict[str, str]:
-    return {r.level: r.status for r in results}
-
-
-__all__ = ["PASS", "FAIL", "SKIPPED", "verify_series", "last_report", "levels_up_to"]
