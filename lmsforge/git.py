@@ -121,6 +121,16 @@ def is_dirty(repo: Path) -> bool:
     return bool(out(["status", "--porcelain", "--untracked-files=normal"], repo))
 
 
+def uncommitted_changes(repo: Path) -> str:
+    """What `git status` would list, counted: "" when clean (untracked, not ignored, count)."""
+    lines = out(["status", "--porcelain", "--untracked-files=normal"], repo).splitlines()
+    untracked = sum(1 for line in lines if line.startswith("??"))
+    changed = len(lines) - untracked
+    parts = [f"{changed} changed file{'s' * (changed != 1)}"] if changed else []
+    parts += [f"{untracked} untracked file{'s' * (untracked != 1)}"] if untracked else []
+    return ", ".join(parts)
+
+
 def current_branch(repo: Path) -> str | None:
     proc = run(["symbolic-ref", "--quiet", "--short", "HEAD"], repo, check=False)
     return proc.stdout.decode().strip() or None

@@ -52,8 +52,19 @@ def series_folder(patches_dir: Path, sources: FrameworkSources, tag: str) -> Pat
     folder = series_mod.find(patches_dir, sources.framework, tag)
     if (folder / series_mod.MANIFEST).is_file():
         return folder
+    stray = sorted(folder.glob("*.patch")) if folder.is_dir() else []
+    if stray:
+        raise UsageError(f"{folder} has {len(stray)} .patch files but no {series_mod.MANIFEST}; "
+                         f"restore it (`git checkout -- {folder / series_mod.MANIFEST}`) or "
+                         "re-export the series from its branch with `lmsforge export`")
     have = series_mod.available_tags(patches_dir, sources.framework)
     source_tag = have[0] if have else "<tag>"
+    if tag not in sources.tags:
+        raise UsageError(
+            f"no LMS series for {tag}, and {sources.framework}'s upstream.yaml does not declare "
+            f"{tag}; if upstream has that tag, declare it (its commit, and any source archive) "
+            f"in {patches_dir / sources.framework / 'upstream.yaml'}, then `lmsforge port "
+            f"--framework {sources.framework} --from {source_tag} --to {tag}`")
     raise UsageError(
         f"no LMS series for {tag} yet; series exist for {', '.join(have) or 'no tag'}; create one "
         f"with `lmsforge port --framework {sources.framework} --from {source_tag} --to {tag}` "
