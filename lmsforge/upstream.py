@@ -178,8 +178,9 @@ def _adopt_local_archive(path: Path, source: ArchiveSource, cache: Cache) -> Non
         raise UsageError(
             f"{path} has sha256 {actual}, but {source.name} must have {source.sha256}; "
             "pass the right file")
-    if (cache.archives / source.name).is_file():
-        return  # the same verified bytes are cached already (checked again by the caller)
+    cached = cache.archives / source.name
+    if cached.is_file() and sha256_of(cached) == source.sha256:
+        return  # the same verified bytes are cached already
     cache.require_writable(f"cannot take in {path.name}")
     _install_verified(path, cache.archives / source.name, cache, copy=True)
 

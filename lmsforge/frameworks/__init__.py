@@ -39,6 +39,9 @@ def known_tags(patches_dir: Path, sources: FrameworkSources) -> list[str]:
 
 def check_tag(patches_dir: Path, sources: FrameworkSources, tag: str) -> None:
     """Accept declared tags and anything shaped like a release tag; refuse the rest."""
+    if "/" in tag or tag.startswith("."):  # a path, not a tag: never a folder outside patches/
+        raise UsageError(f"unknown tag `{tag}` for {sources.framework}; known tags: "
+                         f"{', '.join(known_tags(patches_dir, sources))}")
     if tag in sources.tags or sources.is_release_tag(tag) or \
             (patches_dir / sources.framework / tag / series_mod.MANIFEST).is_file():
         return
