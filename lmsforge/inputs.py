@@ -4,7 +4,7 @@ A level's inputs are checked, and installed where lmsforge installs them (Debian
 root, saying so in one line; wheels unpacked into the cache, never installed), before the level
 starts (``verify/levels.dispatch``), so a missing input is named up front rather than surfacing
 minutes later as a compiler error. `lmsforge doctor` prints the same declarations with what is
-present here. A CI test (``tests/integration/test_level_inputs.py``) checks that every header a
+present here. A CI test (``tests/integration/test_declared_inputs_cover_builds.py``) checks that every header a
 level's build reads comes from the tree, the compiler or an input declared for that level.
 
 To add a level or a framework, add its entry to ``LEVEL_INPUTS``.
@@ -197,8 +197,11 @@ def ensure_level(framework: str, level: str, cache_root: Path,
         raise LmsforgeError(f"{what} needs {', '.join(tools)} on PATH; install them")
     for item in items:
         if isinstance(item, Wheel) and item.location(cache_root) is None:
-            say(f"{what}: downloading {item.spec} from PyPI into {cache_root} (not installed)")
-            item.fetch(cache_root)
+            from lmsforge import ui
+
+            with ui.step(f"{what}: downloading {item.spec} from PyPI into {cache_root} (not "
+                         "installed)"):
+                item.fetch(cache_root)
         elif isinstance(item, CudaRuntime):
             c10_inputs.ensure_cuda_toolkit(cache_root)
 

@@ -196,10 +196,12 @@ def am(path: Path, patches: list[Path]) -> None:
     """`git am` the patches exactly (no -3, no fuzz); on failure abort and say what broke."""
     if not patches:
         return
-    proc = git.run(["am", "--quiet", *[str(p) for p in patches]], path, env=AM_ENV, check=False)
-    if proc.returncode == 0:
+    with git.repository(path) as repo:
+        status, stdout, stderr = repo.git.am("--quiet", *[str(p) for p in patches], env=AM_ENV,
+                                             with_extended_output=True, with_exceptions=False)
+    if status == 0:
         return
-    stderr = proc.stderr.decode(errors="replace") + proc.stdout.decode(errors="replace")
+    stderr = f"{stderr}\n{stdout}"
     failed = _failed_patch(path, patches)
     git.run(["am", "--abort"], path, check=False)
     raise UsageError(describe_am_failure(failed, stderr))

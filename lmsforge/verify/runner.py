@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lmsforge import frameworks, series as series_mod, upstream
+from lmsforge import frameworks, series as series_mod, ui, upstream
 from lmsforge.errors import LmsforgeError, UsageError
 from lmsforge.options import Options
 from lmsforge.verify import apply_level
@@ -46,13 +46,14 @@ def verify_series(opts: Options, framework: str, tag: str, level: str,
     sources = frameworks.sources_for(opts.patches_dir, framework)
     folder = frameworks.series_folder(opts.patches_dir, sources, tag)
     series = series_mod.load(folder)
-    say(f"{framework} {tag}: fetching the upstream tree")
-    identity = upstream.fetch(sources, tag, opts.cache, **fetch_kwargs)  # type: ignore[arg-type]
+    with ui.step(f"{framework} {tag}: fetching the upstream tree",
+                 progress=lambda: ui.folder_size(opts.cache.partial)):
+        identity = upstream.fetch(sources, tag, opts.cache, **fetch_kwargs)  # type: ignore[arg-type]
     report = SeriesReport(framework, tag, series.content_hash(), identity.to_json())
     tree_path = opts.cache.root / "trees" / framework / tag
     with opts.cache.lock(f"tree-{framework}-{tag}"):
-        say(f"{framework} {tag}: level apply")
-        result = apply_level.run(tree_path, identity, series)
+        with ui.step(f"{framework} {tag}: level apply"):
+            result = apply_level.run(tree_path, identity, series)
         report.results.append(result)
         runner = frameworks.level_runner(framework)
         for name in levels_up_to(level)[1:]:
@@ -64,12 +65,12 @@ def verify_series(opts: Options, framework: str, tag: str, level: str,
                 result = LevelResult(name, SKIPPED, 0.0,
                                      f"no verification harness for {framework} above `apply`")
             else:
-                say(f"{framework} {tag}: level {name}")
                 ctx = LevelContext(framework, tag, tree_path, identity.commit,
                                    opts.cache.build_dir(framework, tag, "verify"), opts.jobs, say)
                 started = time.monotonic()
                 try:
-                    result = runner(name, ctx)
+                    with ui.step(f"{framework} {tag}: level {name}"):
+                        result = runner(name, ctx)
                 except LmsforgeError as exc:
                     result = LevelResult(name, FAIL, time.monotonic() - started, str(exc))
             report.results.append(result)

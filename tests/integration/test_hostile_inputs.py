@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
