@@ -44,8 +44,8 @@ def _environment_error(exc: OSError, opts: Options) -> int:
                  "or pass --cache-dir on a larger disk")
         return EXIT_FAILED
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        ui.error(f"{where or 'a file'} is not writable by this user ({exc.strerror}); fix its "
-                 "permissions or choose another folder")
+        ui.error(f"{where or 'a file'}: {exc.strerror}; fix its permissions or choose another "
+                 "folder")
         return EXIT_USAGE
     return _internal_error(opts)
 
