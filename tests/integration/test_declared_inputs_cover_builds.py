@@ -20,7 +20,6 @@ import pytest
 from fixtures import lmsforge
 from lmsforge import git, inputs, upstream
 from lmsforge.cache import Cache
-from lmsforge.verify.pytorch_c10 import build as c10_build
 from lmsforge.verify.pytorch_codegen import inputs as codegen_inputs, torchgen, units
 from lmsforge.verify.tensorflow_tf import compile_units, core_cpu, inputs as tf_inputs, toolchain
 
