@@ -382,6 +382,34 @@ def killed_fetch_leaves_no_apt_behind(env: Env) -> None:
     nothing_left_in_partial(env)
 
 
+def autocrlf_clone(with_attributes: bool) -> Setup:
+    """The patches committed to a repository (with or without this repository's
+    .gitattributes), cloned with core.autocrlf=true, used as --patches-dir."""
+    def setup(env: Env) -> Sequence[str]:
+        origin = env.root / "origin"
+        shutil.copytree(env.patches, origin / "patches")
+        if with_attributes:
+            shutil.copy(REPO / ".gitattributes", origin / ".gitattributes")
+        git(origin, "init", "-q", "-b", "main")
+        git(origin, "add", ".")
+        git(origin, "commit", "-q", "-m", "series")
+        clone = env.root / "clone"
+        subprocess.run(["git", "-c", "core.autocrlf=true", "clone", "-q", "-c",
+                        "core.autocrlf=true", str(origin), str(clone)], check=True)
+        return ["--patches-dir", str(clone / "patches"), "verify", "-f", "toy", "-t", "v1.0.0"]
+    return setup
+
+
+def four_fetches_of_one_tag(env: Env) -> None:
+    procs = [lmsforge_process(env, "fetch", "-f", "toy", "-t", "v1.0.0", "--json")
+             for _ in range(4)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], outs
+    assert len({json.loads(out)["commit"] for out, _ in outs}) == 1
+    assert git(env.cache / "repos" / "toy-archive.git", "fsck", "--no-progress") == ""
+    nothing_left_in_partial(env)
+
+
 # --- the table ---------------------------------------------------------------------------------
 
 CASES: list[Case] = [
@@ -390,6 +418,8 @@ CASES: list[Case] = [
     Case("A01b", then(rewrite("0020-allocator-hook.patch", lambda d: d.replace(b"\n", b"\r\n")),
                       apply_into("crlf-tree")), 2, "has CRLF line endings",
          check=absent("crlf-tree")),
+    Case("A02", autocrlf_clone(with_attributes=True), 0, "apply exactly and round-trip"),
+    Case("A02b", autocrlf_clone(with_attributes=False), 2, "has CRLF line endings"),
     Case("A03", then(rewrite("0020-allocator-hook.patch", lambda d: os.urandom(4096)),
                      verify()), 2, "not UTF-8"),
     Case("A04", then(rewrite("0020-allocator-hook.patch", lambda d: b""), verify()), 2,
@@ -499,6 +529,7 @@ CASES: list[Case] = [
     Case("A34", lambda env: ["fetch", "-f", "toy", "-t", "v1.0.0", "--archive",
                              str(big_archive(env))], 1, "no space left on the device",
          how="tmpfs:2"),
+    Case("A35", lambda env: [], 0, "", run=four_fetches_of_one_tag),
     Case("A36", lambda env: [], 0, "", run=two_fetches_of_different_tags, slow=True),
     Case("A37", lambda env: [], 0, "", run=killed_import_is_swept),
     Case("A38", lambda env: [], 0, "", run=killed_fetch_leaves_no_apt_behind, slow=True),
