@@ -24,11 +24,14 @@ pytestmark = pytest.mark.slow
 TOOLKIT = Path("/usr/local/cuda")
 PROGRAM = r"""
 #include <cstdio>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 int main() {
   int devices = -1;
   cudaError_t status = cudaGetDeviceCount(&devices);
-  std::printf("runtime %d, status %d\n", CUDART_VERSION, static_cast<int>(status));
+  __half half = __float2half(1.5f);  // cuda_fp16.h: what the cuDNN/ATen units include
+  std::printf("runtime %d, status %d, half %.1f\n", CUDART_VERSION, static_cast<int>(status),
+              __half2float(half));
   return 0;
 }
 """
@@ -47,6 +50,7 @@ def test_cuda_runtime_from_wheels_compiles_links_and_runs(real_cache_dir, tmp_pa
                    check=True)
     run = subprocess.run([str(binary)], capture_output=True, text=True, check=True)
     assert run.stdout.startswith("runtime 13000,"), run.stdout  # CUDA 13.0's runtime API
+    assert run.stdout.strip().endswith("half 1.5"), run.stdout
 
 
 def _hidden_toolkit_usable() -> str | None:

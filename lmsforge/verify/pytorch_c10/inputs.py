@@ -10,6 +10,7 @@ API: it needs no nvcc). The level declarations that name these are in ``lmsforge
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -24,9 +25,13 @@ DEBIAN_PACKAGES = ("libfmt-dev", "libcpuinfo-dev", "libgtest-dev")
 NVML_WHEEL = "nvidia-nvml-dev"
 NVML_VERSION = "13.5.37"
 DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
-# CUDA 13.0, the toolkit this project's hosts have; runtime API headers + libcudart, and crt/.
-CUDA_WHEELS = (("nvidia-cuda-runtime", "13.0.96"), ("nvidia-cuda-crt", "13.0.88"))
-CUDA_WHEEL_ROOT = "cuda-13.0-from-wheels"
+# CUDA 13.0, the toolkit this project's hosts have: runtime API headers + libcudart, crt/, and
+# CCCL (nv/target, cuda/std), which cuda_fp16.h includes.
+CUDA_WHEELS = (("nvidia-cuda-runtime", "13.0.96"), ("nvidia-cuda-crt", "13.0.88"),
+               ("nvidia-cuda-cccl", "13.0.85"))
+# Named after its wheels, so a changed list makes a new folder instead of reusing an old one.
+CUDA_WHEEL_ROOT = ("cuda-13.0-from-wheels-"
+                   + hashlib.sha256(repr(CUDA_WHEELS).encode()).hexdigest()[:8])
 CUDA_WHEEL_PREFIX = "nvidia/cu13/"
 CUDART = "libcudart.so.13"
 
