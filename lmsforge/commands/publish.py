@@ -17,4 +17,7 @@ def run(opts: Options, target: str, packages: list[Path]) -> int:
         ui.out.print(f"already there (identical) {name}")
     ui.out.print(f"channel {result.channel}: {len(result.added)} added, "
                  f"{len(result.unchanged)} unchanged")
+    if not result.indexed:
+        ui.out.print("the server took the packages but its index does not list them yet; "
+                     "installs will see them once it has re-indexed")
     return 0
