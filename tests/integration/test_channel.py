@@ -1,13 +1,13 @@
-"""Publishing to and installing from real channels: folder channels and an authenticated HTTP
-channel served on 127.0.0.1, with packages built by rattler-build from a tiny real recipe.
+"""Publishing to and installing from real channels: folder channels and authenticated HTTP
+channels served on loopback addresses (``tests/channel_server.py``, the Artifactory protocol),
+with packages built by rattler-build from a tiny real recipe.
 
-The HTTP server here (``ChannelServer``) is also used by ``test_core_package.py``.
+``ChannelServer`` and the tiny packages are also used by ``test_core_package.py`` and the
+credential and quetz tests.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import shutil
@@ -15,14 +15,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import filelock
 import pytest
 
-from lmsforge import channel
+from channel_server import ChannelServer
+from lmsforge import channel, credentials
 from lmsforge.errors import LmsforgeError, UsageError
 
 TOKEN = "tok-5f1e9a7c2b"  # a test credential; it must never show up in any output
@@ -44,94 +43,6 @@ about:
   license: MIT
   license_file: LICENSE
 """
-
-
-# --- a private channel over HTTP on loopback ------------------------------------------------------
-
-
-class ChannelServer:
-    """Serves a folder channel on 127.0.0.1 with token or basic auth; PUT adds a package.
-
-    PUT /<subdir>/<file> stores the body and publishes it with ``channel.publish`` (lock and atomic
-    re-index on the server side), like an Artifactory-style conda repository.
-    """
-
-    def __init__(self, root: Path, *, token: str | None = None,
-                 basic: tuple[str, str] | None = None) -> None:
-        self.root = root
-        self.accepted = set()
-        if token:
-            self.accepted.add(f"Bearer {token}")
-        if basic:
-            self.accepted.add("Basic " + base64.b64encode(":".join(basic).encode()).decode())
-        self.requests: list[tuple[str, str, int]] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _authorized(self) -> bool:
-                if self.headers.get("Authorization") in server.accepted:
-                    return True
-                self._reply(401, b"unauthorized", {"WWW-Authenticate": 'Basic realm="lms"'})
-                return False
-
-            def _reply(self, code: int, body: bytes = b"", headers: dict | None = None) -> None:
-                server.requests.append((self.command, self.path, code))
-                self.send_response(code)
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            def do_GET(self) -> None:  # noqa: N802 (http.server's names)
-                if not self._authorized():
-                    return
-                path = (server.root / self.path.split("?")[0].lstrip("/")).resolve()
-                if server.root.resolve() not in path.parents or not path.is_file():
-                    self._reply(404, b"not found")
-                    return
-                self._reply(200, path.read_bytes(), {"Content-Type": "application/octet-stream"})
-
-            do_HEAD = do_GET
-
-            def do_PUT(self) -> None:  # noqa: N802
-                if not self._authorized():
-                    return
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                if hashlib.sha256(body).hexdigest() != self.headers.get("X-Checksum-Sha256"):
-                    self._reply(400, b"checksum mismatch")
-                    return
-                name = Path(self.path).name
-                with tempfile.TemporaryDirectory() as folder:
-                    upload = Path(folder) / name
-                    upload.write_bytes(body)
-                    try:
-                        channel.publish([upload], server.root)
-                    except UsageError as exc:
-                        self._reply(409 if "different contents" in str(exc) else 400,
-                                    str(exc).encode())
-                        return
-                self._reply(201)
-
-        class Server(ThreadingHTTPServer):
-            def handle_error(self, request: object, client_address: object) -> None:
-                pass  # clients that hang up after a 401 are expected; the tests check results
-
-        self.httpd = Server(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> "ChannelServer":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def write_auth_file(path: Path, url: str, entry: dict) -> Path:
@@ -365,18 +276,28 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.fixture(autouse=True)
+def no_inherited_credentials(monkeypatch):
+    for name in (credentials.AUTH_FILE_ENV, credentials.ENV_TOKEN, credentials.ENV_USER,
+                 credentials.ENV_PASSWORD, credentials.ENV_HOST):
+        monkeypatch.delenv(name, raising=False)
+
+
 def test_http_channel_with_token_from_auth_file(published, tiny_packages, tmp_path, monkeypatch,
                                                 capfd):
     with ChannelServer(published, token=TOKEN) as server:
         monkeypatch.setenv("RATTLER_AUTH_FILE", str(write_auth_file(
             tmp_path / "auth.json", server.url, {"BearerToken": TOKEN})))
         result = channel.publish([tiny_packages["1.1.0"]], server.url)
-        assert result.added == (f"linux-64/{tiny_packages['1.1.0'].name}",)
+        assert result.added == (f"linux-64/{tiny_packages['1.1.0'].name}",) and result.indexed
         assert tiny_packages["1.1.0"].name in _repodata_names(published)
+        again = channel.publish([tiny_packages["1.1.0"]], server.url)
+        assert again.added == () and again.unchanged == result.added
         installed = channel.install(["lmsforge-tiny==1.1.0"], [server.url], tmp_path / "prefix",
                                     cache_dir=tmp_path / "cache")
         assert any(p.startswith("lmsforge-tiny=1.1.0=") for p in installed.packages)
         assert any(code == 200 and path.endswith(".conda") for _, path, code in server.requests)
+        assert sum(method == "PUT" for method, _, _ in server.requests) == 1
     run = subprocess.run([tmp_path / "prefix" / "bin" / "lmsforge-tiny"], capture_output=True,
                          text=True, check=True)
     assert run.stdout.strip() == "lmsforge-tiny 1.1.0"
@@ -384,14 +305,16 @@ def test_http_channel_with_token_from_auth_file(published, tiny_packages, tmp_pa
     assert TOKEN not in out + err + repr(result) + repr(installed)
 
 
-def test_http_channel_with_basic_auth_from_environment(published, tmp_path, monkeypatch, capfd):
-    monkeypatch.delenv("RATTLER_AUTH_FILE", raising=False)
-    monkeypatch.setenv(channel.ENV_USER, USER)
-    monkeypatch.setenv(channel.ENV_PASSWORD, PASSWORD)
+def test_http_channel_with_basic_auth_from_environment(published, tiny_packages, tmp_path,
+                                                       monkeypatch, capfd):
+    monkeypatch.setenv(credentials.ENV_USER, USER)
+    monkeypatch.setenv(credentials.ENV_PASSWORD, PASSWORD)
     with ChannelServer(published, basic=(USER, PASSWORD)) as server:
+        channel.publish([tiny_packages["1.1.0"]], server.url)  # publish binds env to its target
+        monkeypatch.setenv(credentials.ENV_HOST, "127.0.0.1")  # reading needs the host named
         installed = channel.install(["lmsforge-tiny"], [server.url], tmp_path / "prefix",
                                     cache_dir=tmp_path / "cache")
-    assert any(p.startswith("lmsforge-tiny=1.0.0=") for p in installed.packages)
+    assert any(p.startswith("lmsforge-tiny=1.1.0=") for p in installed.packages)
     assert "RATTLER_AUTH_FILE" not in os.environ  # the private auth file was for that call only
     out, err = capfd.readouterr()
     assert PASSWORD not in out + err + repr(installed)
@@ -409,6 +332,7 @@ def test_wrong_credentials_are_a_clear_error_without_the_secret(published, tiny_
                             cache_dir=tmp_path / "cache")
         with pytest.raises(UsageError, match="refused the credentials") as publish_error:
             channel.publish([tiny_packages["1.1.0"]], server.url)
+        assert not any(method == "PUT" for method, _, _ in server.requests)
     for error in (install_error.value, publish_error.value):
         assert wrong not in str(error) and TOKEN not in str(error) and "\n" not in str(error)
     out, err = capfd.readouterr()
@@ -424,21 +348,12 @@ def test_unreachable_channel_is_a_clear_error(tiny_packages, tmp_path):
         channel.publish([tiny_packages["1.0.0"]], url)
 
 
-def test_redact_hides_url_credentials_and_known_secrets(monkeypatch):
-    monkeypatch.setenv(channel.ENV_TOKEN, TOKEN)
-    text = (f"GET https://forge:{PASSWORD}@host/t/abc123/linux-64 Authorization: Bearer xyz "
-            f"token={TOKEN}")
-    shown = channel.redact(text)
-    assert PASSWORD not in shown and "abc123" not in shown and TOKEN not in shown
-    assert "xyz" not in shown and "https://***@host/t/***/linux-64" in shown
-
-
 def test_doctor_names_credential_sources_but_never_their_values(tmp_path, monkeypatch):
     from lmsforge import doctor
 
     monkeypatch.setenv("RATTLER_AUTH_FILE", str(write_auth_file(
         tmp_path / "auth.json", "http://channel.example:8080", {"BearerToken": TOKEN})))
-    monkeypatch.setenv(channel.ENV_TOKEN, TOKEN)
+    monkeypatch.setenv(credentials.ENV_TOKEN, TOKEN)
     result = doctor.doctor(tmp_path)
     [creds] = [c for c in result.checks if c.name == "credentials"]
     assert creds.status == doctor.OK and "channel.example" in creds.detail
