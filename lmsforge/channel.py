@@ -347,7 +347,7 @@ def available(name: str, channels: Sequence[str | Path], platform: str,
                                                [platform, "noarch"], [name], recursive=False))
         except Exception as exc:
             raise _read_error(exc, addresses, [name]) from None
-    return sorted({(str(r.version), r.build) for records in result for r in records})
+    return sorted({(str(r.version), str(r.build)) for records in result for r in records})
 
 
 def install(specs: Sequence[str], channels: Sequence[str | Path], prefix: Path, *,
