@@ -96,7 +96,11 @@ def _split(text: str) -> urllib.parse.SplitResult:
     if re.search(r"[\s\x00-\x1f\x7f]", text):
         raise UsageError(f"channel {redact(text)!r} contains spaces or control characters; "
                          "quote the URL correctly (spaces must be %20)")
-    parts = urllib.parse.urlsplit(text)
+    try:
+        parts = urllib.parse.urlsplit(text)
+    except ValueError:  # an unclosed IPv6 bracket
+        raise UsageError(f"channel {redact(text)}: malformed host; write IPv6 hosts as "
+                         "[::1]") from None
     try:
         port = parts.port
     except ValueError:

@@ -164,7 +164,9 @@ def serve(root: Path, name: str, host: str, log: Path, ready: Path, accepted: se
             pass  # clients that hang up after a 401 are expected; the tests check results
 
     httpd = Server((host, 0), Handler)
-    ready.write_text(f"http://{host}:{httpd.server_address[1]}/{name}\n")
+    partial = ready.with_name(ready.name + ".partial")  # the waiting test sees all or nothing
+    partial.write_text(f"http://{host}:{httpd.server_address[1]}/{name}\n")
+    partial.rename(ready)
     httpd.serve_forever()
 
 

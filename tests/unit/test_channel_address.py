@@ -56,6 +56,7 @@ def test_conda_style_token_url_installs_but_is_marked():
     (f"http://h:99999/t/{TOKEN}/lms", "invalid port"),
     (f"http://h:port/t/{TOKEN}/lms", "invalid port"),
     ("http:///lms", "no host"),
+    (f"http://[::1/t/{TOKEN}/lms", "malformed host"),
     ("http://h:0/lms", "no host"),
     (f"ftp://h/t/{TOKEN}/lms", "unknown scheme"),
     ("quetz://h", "name the channel"),
