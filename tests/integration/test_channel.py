@@ -360,3 +360,121 @@ def test_doctor_names_credential_sources_but_never_their_values(tmp_path, monkey
     assert TOKEN not in repr(result)
     assert {c.name for c in result.checks} >= {"git", "c++ compiler", "CUDA toolkit",
                                                "GPU/driver", "rattler-build", "disk"}
+
+
+# --- a channel its keepers have hot-fixed -------------------------------------------------------
+
+
+def test_publishing_keeps_hotfixes_and_removals_and_refreshes_other_indexes(tmp_path,
+                                                                          tiny_packages):
+    """Evidence row 44: a hot-fixed record and the ``removed`` list survive a publish, and the
+    index files other tools write (current_repodata, .bz2, channeldata) list the new package."""
+    import bz2
+
+    import zstandard
+
+    chan = tmp_path / "chan"
+    extra = build_tiny(tmp_path, "1.2.0")
+    channel.publish([tiny_packages["1.0.0"], extra], chan)
+    old, bad = tiny_packages["1.0.0"].name, extra.name
+    repodata_file = chan / "linux-64" / "repodata.json"
+    repodata = json.loads(repodata_file.read_text())
+    repodata["packages.conda"][old]["depends"] = ["lmsforge-hotfix-only >=9"]  # the hot-fix
+    hotfixed = dict(repodata["packages.conda"][old])
+    del repodata["packages.conda"][bad]
+    repodata["removed"] = [bad]  # 1.2.0 stays on disk, out of the index
+    repodata_file.write_text(json.dumps(repodata))
+    (chan / "linux-64" / "current_repodata.json").write_text(json.dumps(repodata))
+    (chan / "linux-64" / "repodata.json.bz2").write_bytes(bz2.compress(b"{}"))
+    (chan / "channeldata.json").write_text(json.dumps({
+        "channeldata_version": 1, "subdirs": ["noarch"],
+        "packages": {"lmsforge-tiny": {"subdirs": ["linux-64"], "version": "1.0.0",
+                                       "summary": "kept as written"}}}))
+
+    channel.publish([tiny_packages["1.1.0"]], chan)
+
+    new = tiny_packages["1.1.0"].name
+    after = json.loads(repodata_file.read_text())
+    assert after["packages.conda"][old] == hotfixed
+    assert after["removed"] == [bad] and bad not in after["packages.conda"]
+    assert (chan / "linux-64" / bad).is_file()
+    assert new in after["packages.conda"]
+    current = json.loads((chan / "linux-64" / "current_repodata.json").read_text())
+    assert set(current["packages.conda"]) == {new} and current["removed"] == [bad]
+    assert json.loads(bz2.decompress((chan / "linux-64" / "repodata.json.bz2").read_bytes())) \
+        == after
+    zst = (chan / "linux-64" / "repodata.json.zst").read_bytes()
+    assert json.loads(zstandard.ZstdDecompressor().decompress(zst, max_output_size=1 << 24)) \
+        == after
+    channeldata = json.loads((chan / "channeldata.json").read_text())
+    assert channeldata["packages"]["lmsforge-tiny"]["version"] == "1.1.0"
+    assert channeldata["packages"]["lmsforge-tiny"]["summary"] == "kept as written"
+    assert channeldata["subdirs"] == ["linux-64", "noarch"]  # kept, and the new one added
+
+    # what a solver sees: the hot-fix holds and the removed build is gone
+    latest = channel.install(["lmsforge-tiny"], [chan], tmp_path / "p1", cache_dir=tmp_path / "c")
+    assert any(p.startswith("lmsforge-tiny=1.1.0=") for p in latest.packages)
+    with pytest.raises(LmsforgeError, match="cannot install"):
+        channel.install(["lmsforge-tiny==1.0.0"], [chan], tmp_path / "p2",
+                        cache_dir=tmp_path / "c")
+    with pytest.raises(LmsforgeError, match="cannot install"):
+        channel.install(["lmsforge-tiny==1.2.0"], [chan], tmp_path / "p3",
+                        cache_dir=tmp_path / "c")
+
+
+def test_a_stale_sharded_index_is_removed_so_it_cannot_hide_new_packages(published, tmp_path,
+                                                                         tiny_packages):
+    shards = published / "linux-64" / "repodata_shards.msgpack.zst"
+    shards.write_bytes(b"stale")
+    channel.publish([tiny_packages["1.1.0"]], published)
+    assert not shards.exists()
+
+
+# --- modes: a channel is served by another user ---------------------------------------------------
+
+
+def test_published_files_are_world_readable_whatever_the_umask(tmp_path, tiny_packages):
+    assert tiny_packages["1.0.0"].stat().st_mode & 0o777 == 0o600  # what rattler-build writes
+    chan = tmp_path / "chan"
+    old_umask = os.umask(0o077)
+    try:
+        channel.publish([tiny_packages["1.0.0"]], chan)
+    finally:
+        os.umask(old_umask)
+    for path in chan.rglob("*"):
+        if path.name.startswith(".lmsforge-"):
+            continue
+        expected = channel.CHANNEL_DIR_MODE if path.is_dir() else channel.CHANNEL_FILE_MODE
+        assert path.stat().st_mode & 0o777 == expected, path
+
+
+def test_built_packages_are_made_servable(tmp_path):
+    package = build_tiny(tmp_path, "2.0.0")
+    assert package.stat().st_mode & 0o777 == 0o600
+    channel.make_servable([package])
+    assert package.stat().st_mode & 0o777 == 0o644
+    for index in package.parent.parent.glob("*/repodata.json"):
+        assert index.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_platform_folder_owned_by_another_user_is_a_one_line_refusal(published, tiny_packages):
+    """Evidence row 42: the channel root is writable, linux-64/ is not."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another user (runs as root in CI)")
+    before = channel.snapshot(published)
+    public = Path(tempfile.mkdtemp(prefix="lmsforge-pkgs-"))
+    try:
+        shutil.copy(tiny_packages["1.1.0"], public)
+        (public / tiny_packages["1.1.0"].name).chmod(0o644)
+        for folder in [public, *published.parents]:
+            if folder != Path("/") and folder.stat().st_mode & 0o005 != 0o005:
+                folder.chmod(folder.stat().st_mode | 0o005)
+        for path in published.rglob("*"):
+            path.chmod(path.stat().st_mode | 0o004 | (0o001 if path.is_dir() else 0))
+        published.chmod(0o777)  # anyone may write the root; linux-64/ stays root's 0755
+        message = _publish_as_nobody([public / tiny_packages["1.1.0"].name], published)
+    finally:
+        shutil.rmtree(public)
+        published.chmod(0o755)
+    assert "linux-64/ is not writable" in message and "\n" not in message
+    assert channel.snapshot(published) == before
