@@ -187,13 +187,18 @@ def publish_to_folder(infos: Sequence[PackageInfo], folder: Path, *,
     folder = folder.resolve()
     _check_channel_folder(folder)
     _writable_or_fail(folder)
-    lock = filelock.FileLock(str(folder / LOCK_NAME), timeout=lock_timeout_s)
+    # group-writable, so the publishers of a shared channel can all take it
+    lock = filelock.FileLock(str(folder / LOCK_NAME), timeout=lock_timeout_s, mode=0o664)
     try:
         lock.acquire()
     except filelock.Timeout:
         raise LmsforgeError(f"another publisher holds the lock on channel {folder} "
                             f"({LOCK_NAME}) after {lock_timeout_s:.0f}s; wait for it and run "
                             "again") from None
+    except PermissionError:
+        raise UsageError(f"channel {folder}: its lock file {LOCK_NAME} belongs to another user "
+                         "and is not writable by this one; ask its owner to make it "
+                         "group-writable (chmod g+w)") from None
     try:
         _check_channel_folder(folder)  # a publisher before us may have changed it
         added, unchanged = _plan(infos, folder)

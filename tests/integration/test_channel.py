@@ -478,3 +478,28 @@ def test_a_platform_folder_owned_by_another_user_is_a_one_line_refusal(published
         published.chmod(0o755)
     assert "linux-64/ is not writable" in message and "\n" not in message
     assert channel.snapshot(published) == before
+
+
+def test_a_lock_file_of_another_user_is_a_one_line_refusal(published, tiny_packages):
+    """The lock file the first publisher made (as root here) must not crash the next one."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another user (runs as root in CI)")
+    before = channel.snapshot(published)
+    public = Path(tempfile.mkdtemp(prefix="lmsforge-pkgs-"))
+    try:
+        shutil.copy(tiny_packages["1.1.0"], public)
+        (public / tiny_packages["1.1.0"].name).chmod(0o644)
+        for folder in [public, *published.parents]:
+            if folder != Path("/") and folder.stat().st_mode & 0o005 != 0o005:
+                folder.chmod(folder.stat().st_mode | 0o005)
+        for path in published.rglob("*"):
+            path.chmod(0o777 if path.is_dir() else 0o666)
+        published.chmod(0o777)
+        (published / channel.LOCK_NAME).chmod(0o644)  # as an older lmsforge left it
+        message = _publish_as_nobody([public / tiny_packages["1.1.0"].name], published)
+    finally:
+        shutil.rmtree(public)
+        published.chmod(0o755)
+    assert "lock file" in message and "belongs to another user" in message
+    assert "\n" not in message and channel.snapshot(published) == before
+
