@@ -42,7 +42,7 @@ def publish_to_server(infos: Sequence, address: ChannelAddress, *,
     names = sorted({info.name for info in infos})
     subdirs = sorted({info.subdir for info in infos} | {"noarch"})
     with credentials.auth_file_for(creds) as auth_file:
-        there = index_records(address, names, subdirs)
+        there = _index_records(address, names, subdirs)
         added, unchanged = [], []
         for info in infos:
             rel = f"{info.subdir}/{info.filename}"
@@ -73,7 +73,7 @@ def _check_publishable(address: ChannelAddress) -> None:
                          "https://HOST/PATH/CHANNEL or quetz://HOST/CHANNEL")
 
 
-def index_records(address: ChannelAddress, names: Sequence[str],
+def _index_records(address: ChannelAddress, names: Sequence[str],
                   subdirs: Sequence[str]) -> dict[str, str]:
     """File name -> sha256 of every record of NAMES the channel's index lists now (read through
     rattler, uncached, with the credentials in ``RATTLER_AUTH_FILE``)."""
@@ -90,12 +90,12 @@ def index_records(address: ChannelAddress, names: Sequence[str],
         text = redact(" ".join(str(exc).split()))
         if "could not find subdir 'noarch'" in text and address.server != QUETZ:
             return {}  # a new, empty repository
-        raise index_error(text, address) from None
+        raise _index_error(text, address) from None
     return {record.file_name: record.sha256.hex() if record.sha256 else ""
             for records in result for record in records}
 
 
-def index_error(text: str, address: ChannelAddress) -> LmsforgeError:
+def _index_error(text: str, address: ChannelAddress) -> LmsforgeError:
     """One line for a failure to read ADDRESS's index (TEXT is rattler's message, redacted)."""
     if _refused(text):
         return UsageError(f"channel {address.shown} refused the credentials; check the entry for "
@@ -149,8 +149,7 @@ def _upload_error(text: str, address: ChannelAddress,
                   creds: dict[str, credentials.Credential]) -> LmsforgeError:
     text = redact(text)
     where = f"channel {address.shown}"
-    if "no " in text.lower() and ("api key" in text.lower() or "token was given" in text.lower()
-                                  or "found in the keychain" in text.lower()):
+    if re.search(r"(?i)\bno\b.*\bwas given\b", text):  # "No quetz api key was given and ..."
         return UsageError(f"{where} needs credentials and none are set for {address.host}; add "
                           f"an entry to {AUTH_FILE_ENV} or set {ENV_TOKEN} (docs/channel.md)")
     if "is required for authentication" in text:
@@ -190,7 +189,7 @@ def _wait_for_index(address: ChannelAddress, added: Sequence, names: Sequence[st
     wanted = {info.filename: info.sha256 for info in added}
     deadline = time.monotonic() + wait_s
     while True:
-        there = index_records(address, names, subdirs)
+        there = _index_records(address, names, subdirs)
         if all(there.get(name) == sha for name, sha in wanted.items()):
             return True
         if time.monotonic() >= deadline:
