@@ -160,8 +160,9 @@ def test_readme_cluster_example_against_quetz(quetz, pytorch_v260_lms_tree, tmp_
     # the cluster user's line needs conda and the full `pytorch` package, neither of which this
     # host has: install what the core profile published from the same URL with rattler instead
     [conda_line] = [line for line in lines if line.startswith("conda ")]
+    conda_line = conda_line.replace(README_KEY, quetz.api_key)  # the placeholder has spaces
     private = conda_line.split("-c ")[1].split()[0]
-    url = private.replace(f"https://{README_HOST}", quetz.base).replace(README_KEY, quetz.api_key)
+    url = private.replace(f"https://{README_HOST}", quetz.base)
     installed = channel.install([build.CORE_PACKAGE], [url], tmp_path / "cluster",
                                 cache_dir=tmp_path / "cache")
     assert any(p.startswith("pytorch-lms-core=2.6.0=cpu_lms_") for p in installed.packages)
