@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
+from lmsforge import channel
 from lmsforge.errors import CheckFailed, UsageError
 from lmsforge.recipes import RenderResult, rattler_variant_config
 
@@ -100,6 +101,7 @@ def build_variant(rendered: RenderResult, combination: Mapping[str, str], output
                                   f"{_last_error_line(exc)}; full log: {where}") from None
     seconds = time.monotonic() - start
     packages = tuple(_built(Path(p)) for r in results for p in r.packages)
+    channel.make_servable([p.path for p in packages])
     audit = audit_packages(packages, combination, rendered.platform)
     return BuildResult(dict(combination), packages, seconds, output_dir, tuple(audit))
 
@@ -296,6 +298,12 @@ def package_identity(path: Path) -> dict:
 # --- testing an installed package ---------------------------------------------------------------
 
 CORE_PACKAGE = "pytorch-lms-core"
+
+
+def core_package_version(tag: str) -> str:
+    """The version the core recipe gives the package of TAG (``recipes/pytorch/core``)."""
+    return tag.lstrip("v")
+
 CORE_TEST_PROGRAMS = {"cpu": ("lms_core_tests",), "gpu": ("lms_core_tests", "lms_cuda_tests")}
 
 
@@ -325,12 +333,12 @@ class InstalledTestResult:
 
 
 def test_installed_core(channels: Sequence[str | Path], prefix: Path, *,
-                        gpu: bool | None = None, cache_dir: Path | None = None,
+                        gpu: bool | None = None, version: str | None = None,
+                        cache_dir: Path | None = None,
                         gtest_args: Sequence[str] = ()) -> InstalledTestResult:
-    """Install the core package from CHANNELS into the fresh PREFIX with py-rattler and run the
-    LMS test programs it ships: the CUDA build and the GPU tests when a GPU is present (or GPU is
-    True), the CPU build and the CPU core tests otherwise."""
-    from lmsforge import channel
+    """Install the core package (of VERSION, else the newest) from CHANNELS into the fresh PREFIX
+    with py-rattler and run the LMS test programs it ships: the CUDA build and the GPU tests when
+    a GPU is present (or GPU is True), the CPU build and the CPU core tests otherwise."""
     from lmsforge.verify.levels import have_cuda_device
     from lmsforge.verify.pytorch_c10.gtest import run_gtest
 
@@ -342,7 +350,7 @@ def test_installed_core(channels: Sequence[str | Path], prefix: Path, *,
     else:
         why = "GPU tests requested" if gpu else "CPU tests requested"
     mode = "gpu" if gpu else "cpu"
-    spec = f"{CORE_PACKAGE} * {'cuda' if gpu else 'cpu_'}*"
+    spec = f"{CORE_PACKAGE} {'==' + version if version else '*'} {'cuda' if gpu else 'cpu_'}*"
     installed = channel.install([spec], channels, prefix, cache_dir=cache_dir)
     [package] = [p for p in installed.packages if p.startswith(CORE_PACKAGE + "=")]
     programs = []

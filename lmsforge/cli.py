@@ -10,6 +10,7 @@ from typing import Callable
 import click
 
 from lmsforge import __version__, ui
+from lmsforge.credentials import redact
 from lmsforge.errors import EXIT_USAGE, LmsforgeError
 from lmsforge.options import Options
 from lmsforge.verify.levels import LEVELS
@@ -22,7 +23,7 @@ def _invoke(ctx: click.Context, action: Callable[[Options], int]) -> None:
     try:
         code = action(opts)
     except LmsforgeError as exc:
-        ui.error(str(exc))
+        ui.error(redact(str(exc)))
         code = exc.exit_code
     except KeyboardInterrupt:
         ui.error("interrupted; nothing half-done was kept (run the command again)")
@@ -30,8 +31,8 @@ def _invoke(ctx: click.Context, action: Callable[[Options], int]) -> None:
     except Exception:  # an lmsforge bug: one line for the user, the traceback in a file
         log = opts.cache.root / "logs" / "last-error.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(traceback.format_exc())
-        ui.error(f"internal error: {sys.exc_info()[1]!r}; full traceback in {log}")
+        log.write_text(redact(traceback.format_exc()))  # a URL in it may carry a token
+        ui.error(redact(f"internal error: {sys.exc_info()[1]!r}; full traceback in {log}"))
         code = 1
     ctx.exit(code)
 
@@ -294,8 +295,9 @@ def build(ctx: click.Context, framework: str, tag: str, profile: str, platform: 
 @framework_opt
 @tag_opt
 @click.option("--channel", "channels", multiple=True, required=True, metavar="CHANNEL",
-              help="Channel folder or URL to install from (repeatable; credentials come from "
-                   "RATTLER_AUTH_FILE or LMSFORGE_CHANNEL_TOKEN).")
+              help="Channel folder, URL or quetz:// address to install from (repeatable; "
+                   "credentials: RATTLER_AUTH_FILE, or LMSFORGE_CHANNEL_TOKEN for the host in "
+                   "LMSFORGE_CHANNEL_HOST; docs/channel.md).")
 @click.option("--prefix", type=click.Path(file_okay=False, path_type=Path),
               help="Fresh prefix to install into [default: a temporary one].")
 @click.option("--gpu/--cpu", "gpu", default=None,
@@ -314,7 +316,9 @@ def test_(ctx: click.Context, framework: str, tag: str, channels: tuple[str, ...
 
 @main.command()
 @click.option("--channel", "target", required=True, metavar="DEST",
-              help="Channel folder, file:// or http(s):// URL.")
+              help="Channel folder, file:// URI, or server: quetz://HOST/CHANNEL, "
+                   "artifactory://HOST/PATH/CHANNEL, https://HOST/PATH/CHANNEL (PUT), "
+                   "https://prefix.dev/CHANNEL, https://anaconda.org/OWNER (docs/channel.md).")
 @click.argument("packages", nargs=-1, required=True,
                 type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.pass_context

@@ -113,24 +113,24 @@ def _disk(folder: Path) -> Check:
 
 
 def _credentials() -> Check:
-    from lmsforge import channel
+    from lmsforge import credentials as creds
 
     sources = []
-    auth_file = os.environ.get(channel.AUTH_FILE_ENV)
+    auth_file = os.environ.get(creds.AUTH_FILE_ENV)
     if auth_file:
         try:
-            hosts = sorted(channel._auth_file_entries())
+            hosts = sorted(creds.auth_file_entries())
         except Exception as exc:  # noqa: BLE001 (reported as one line)
-            return Check("credentials", MISSING, channel.redact(str(exc)))
+            return Check("credentials", MISSING, creds.redact(str(exc)))
         mode = Path(auth_file).stat().st_mode & 0o777
-        sources.append(f"{channel.AUTH_FILE_ENV} with entries for {', '.join(hosts) or 'no host'}"
+        sources.append(f"{creds.AUTH_FILE_ENV} with entries for {', '.join(hosts) or 'no host'}"
                        + (f" (mode {mode:o}: make it 600)" if mode & 0o077 else ""))
-    if os.environ.get(channel.ENV_TOKEN):
-        sources.append(f"{channel.ENV_TOKEN} (set, value hidden)")
-    if os.environ.get(channel.ENV_USER):
-        sources.append(f"{channel.ENV_USER}/{channel.ENV_PASSWORD} (set, values hidden)")
+    bound = os.environ.get(creds.ENV_HOST) or "the publish target only; set " + creds.ENV_HOST
+    if os.environ.get(creds.ENV_TOKEN):
+        sources.append(f"{creds.ENV_TOKEN} (set, value hidden) for {bound}")
+    if os.environ.get(creds.ENV_USER):
+        sources.append(f"{creds.ENV_USER}/{creds.ENV_PASSWORD} (set, values hidden) for {bound}")
     if not sources:
         return Check("credentials", WARN, "none configured: private HTTP channels will refuse "
-                     f"access; set {channel.AUTH_FILE_ENV} or {channel.ENV_TOKEN}")
-    return Check("credentials", OK, channel.redact("; ".join(sources)))
-
+                     f"access; set {creds.AUTH_FILE_ENV} or {creds.ENV_TOKEN}")
+    return Check("credentials", OK, creds.redact("; ".join(sources)))
