@@ -19,6 +19,7 @@
 
 #include "common.h"
 #include "kernels.h"
+#include "primary_context.h"
 #include "pattern.h"
 
 #include <c10/core/LargeModelSupport.h>
@@ -287,6 +288,7 @@ int run(int argc, char** argv) {
     return kExitOk;
   }
   require_device(s.device);
+  register_primary_context_query();
   const c10::DeviceIndex device = static_cast<c10::DeviceIndex>(s.device);
   Caching::init(c10::cuda::device_count());
   c10::cuda::set_device(device);

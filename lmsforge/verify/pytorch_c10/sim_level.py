@@ -10,6 +10,7 @@ figures are host timings of a simulated device.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
@@ -65,12 +66,13 @@ def replay_command(binary: Path, seed: int, tests: Sequence[str] = ()) -> str:
 
 def run_seed(binary: Path, seed: int, work_dir: Path) -> SeedRun:
     log = work_dir / f"{LEVEL}.seed-{seed}.log"
-    with Timer() as timer:
-        try:
-            run = gtest.run_gtest(binary, log=log, json_path=log.with_suffix(".json"),
-                                  timeout=SEED_TIMEOUT_S, env=env_for(seed))
-        except CheckFailed as error:
-            return SeedRun(seed, None, str(error), timer_seconds(timer))
+    started = time.monotonic()
+    try:
+        run = gtest.run_gtest(binary, log=log, json_path=log.with_suffix(".json"),
+                              timeout=SEED_TIMEOUT_S, env=env_for(seed))
+    except CheckFailed as error:  # a crash or a hang
+        return SeedRun(seed, None, f"{error}; replay: {replay_command(binary, seed)}",
+                       time.monotonic() - started)
     report = run.report
     problem = ""
     if report.failed:
@@ -86,11 +88,6 @@ def run_seed(binary: Path, seed: int, work_dir: Path) -> SeedRun:
     return SeedRun(seed, report, problem, timer.seconds)
 
 
-def timer_seconds(timer: Timer) -> float:
-    # A Timer left by an exception has not set `seconds` yet.
-    return getattr(timer, "seconds", 0.0)
-
-
 def run_benchmark(binary: Path, name: str, seed: int, work_dir: Path) -> BenchRun:
     result = work_dir / f"{LEVEL}.{name}.json"
     result.unlink(missing_ok=True)  # a stale result must never stand in for this run
@@ -102,14 +99,27 @@ def run_benchmark(binary: Path, name: str, seed: int, work_dir: Path) -> BenchRu
         return BenchRun(name, f"{binary.name} did not finish within {BENCH_TIMEOUT_S:.0f} s; "
                               f"log: {log}", result, timer.seconds)
     if finished.returncode != 0 or not result.is_file():
-        last = finished.lines[-1] if finished.lines else "no output"
-        return BenchRun(name, f"{binary.name} exited with {finished.returncode}: {last}; "
-                              f"log: {log}", result, timer.seconds)
+        return BenchRun(name, f"{binary.name} exited with {finished.returncode}: "
+                              f"{last_message(finished.lines)}; log: {log}", result,
+                        timer.seconds)
     data = json.loads(result.read_text())
     if data.get("data_ok") is not True or data.get("simulated") is not True:
         return BenchRun(name, f"{result.name} does not report checked data from the "
                               f"simulator", result, timer.seconds)
     return BenchRun(name, "", result, timer.seconds)
+
+
+def last_message(lines: Sequence[str]) -> str:
+    """The line of a program's output that says why it stopped (not a stack frame)."""
+    for line in reversed(lines):
+        text = line.strip()
+        if text.startswith("what():"):
+            return text
+    for line in reversed(lines):
+        text = line.strip()
+        if text and not text.startswith("frame #"):
+            return text
+    return "no output"
 
 
 def run(ctx: LevelContext, build_dir: Path,
