@@ -33,6 +33,7 @@ class SeedRun(NamedTuple):
     report: gtest.GtestReport | None  # None when the program crashed or hung
     problem: str  # one line; empty when every test passed and none was skipped
     seconds: float
+    log: Path
 
     def to_json(self) -> dict[str, object]:
         counts = {} if self.report is None else {
@@ -40,7 +41,7 @@ class SeedRun(NamedTuple):
             "skipped": self.report.skipped, "failures": list(self.report.failures),
             "skips": list(self.report.skips)}
         return {"seed": self.seed, "ok": not self.problem, "problem": self.problem,
-                "seconds": round(self.seconds, 1), **counts}
+                "seconds": round(self.seconds, 1), "log": str(self.log), **counts}
 
 
 class BenchRun(NamedTuple):
@@ -72,7 +73,7 @@ def run_seed(binary: Path, seed: int, work_dir: Path) -> SeedRun:
                               timeout=SEED_TIMEOUT_S, env=env_for(seed))
     except CheckFailed as error:  # a crash or a hang
         return SeedRun(seed, None, f"{error}; replay: {replay_command(binary, seed)}",
-                       time.monotonic() - started)
+                       time.monotonic() - started, log)
     report = run.report
     problem = ""
     if report.failed:
@@ -85,7 +86,7 @@ def run_seed(binary: Path, seed: int, work_dir: Path) -> SeedRun:
         problem = "no test passed"
     if problem:
         problem += f"; replay: {replay_command(binary, seed, report.failures)}"
-    return SeedRun(seed, report, problem, timer.seconds)
+    return SeedRun(seed, report, problem, time.monotonic() - started, log)
 
 
 def run_benchmark(binary: Path, name: str, seed: int, work_dir: Path) -> BenchRun:
@@ -140,7 +141,8 @@ def run(ctx: LevelContext, build_dir: Path,
         ctx.say(f"{LEVEL}: {suite.target}, seed {seed} of {len(seeds)}")
         runs.append(run_seed(binary, seed, ctx.work_dir))
     bench_runs = []
-    for program, name in benchmarks:
+    # The benchmarks check data the tests already found wrong: not worth their time then.
+    for program, name in benchmarks if not any(run.problem for run in runs) else ():
         ctx.say(f"{LEVEL}: {program} --short")
         bench_runs.append(run_benchmark(build_dir / "bench" / program, name, seeds[0],
                                         ctx.work_dir))
@@ -171,6 +173,6 @@ def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.
     passed = runs[0].report.passed if runs[0].report else 0
     detail = f"{passed} CUDA tests passed under each of {len(runs)} seeds"
     detail += ("; both benchmarks' data checks passed" if bench_runs
-               else "; benchmarks not built (no bench/ beside lmsforge)")
+               else "; benchmarks not built (no bench/ beside lmsforge: not a source checkout)")
     detail += " (simulated CUDA runtime, not a GPU result)"
     return LevelResult(LEVEL, PASS, detail=detail, facts=facts, log=log)
