@@ -89,6 +89,9 @@ def test_the_series_passes_core_sim_under_20_seeds(real_cache_dir: Path,
         assert run["passed"] == seeds[0]["passed"] > 0
     assert sim["facts"]["simulated"] is True and sim["facts"]["gpu"] is False
     assert "not a GPU result" in sim["detail"]
+    if tag == "v1.13.1":  # the benchmarks follow c10's 2.x statistics API
+        assert "CachingDeviceAllocator.h" in sim["facts"]["benchmarks_not_built"]
+        return
     for name in ("copy-engine", "oversubscription"):
         bench = sim["facts"]["benchmarks"][name]
         assert bench["ok"], bench

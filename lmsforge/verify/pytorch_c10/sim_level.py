@@ -130,7 +130,8 @@ def run(ctx: LevelContext, build_dir: Path,
     if not sources:
         return LevelResult(LEVEL, FAIL, detail=f"no LMS CUDA test sources ({suite.sources}) in "
                                                "the tree; a level never passes without tests")
-    benchmarks = BENCHMARKS if build.have_benchmarks() else ()
+    no_benchmarks = build.benchmarks_unavailable(ctx.tree)
+    benchmarks = () if no_benchmarks else BENCHMARKS
     targets = [*build.SIM_LIBRARIES, suite.target, *(program for program, _ in benchmarks)]
     ctx.say(f"{LEVEL}: building {', '.join(targets[1:])} against the simulated CUDA runtime")
     built = build_targets(targets)
@@ -146,11 +147,11 @@ def run(ctx: LevelContext, build_dir: Path,
         ctx.say(f"{LEVEL}: {program} --short")
         bench_runs.append(run_benchmark(build_dir / "bench" / program, name, seeds[0],
                                         ctx.work_dir))
-    return judge(runs, bench_runs, built, log=str(built.log))
+    return judge(runs, bench_runs, built, log=str(built.log), no_benchmarks=no_benchmarks)
 
 
 def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.BuildResult,
-          log: str) -> LevelResult:
+          log: str, no_benchmarks: str = "") -> LevelResult:
     """PASS only when every seed ran every test and passed, and every benchmark checked its
     data; a failure names the first failing seed and how to replay it."""
     facts: dict[str, object] = {
@@ -172,7 +173,10 @@ def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.
                            detail=f"benchmark {bench_failed[0].name}: {bench_failed[0].problem}")
     passed = runs[0].report.passed if runs[0].report else 0
     detail = f"{passed} CUDA tests passed under each of {len(runs)} seeds"
-    detail += ("; both benchmarks' data checks passed" if bench_runs
-               else "; benchmarks not built (no bench/ beside lmsforge: not a source checkout)")
+    if bench_runs:
+        detail += "; both benchmarks' data checks passed"
+    else:
+        detail += f"; benchmarks not built: {no_benchmarks}"
+        facts["benchmarks_not_built"] = no_benchmarks
     detail += " (simulated CUDA runtime, not a GPU result)"
     return LevelResult(LEVEL, PASS, detail=detail, facts=facts, log=log)
