@@ -271,6 +271,11 @@ def _check_channel_folder(folder: Path) -> None:
                          "fix its permissions or publish elsewhere")
 
 
+def check_publishable(folder: Path) -> None:
+    """Refuse, before any work is done, a folder channel that ``publish`` would refuse."""
+    _check_channel_folder(folder.resolve())
+
+
 def _nearest_existing(path: Path) -> Path:
     for parent in [path, *path.parents]:
         if parent.exists():

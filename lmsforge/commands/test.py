@@ -11,7 +11,7 @@ from lmsforge.options import Options
 
 
 def run(opts: Options, framework: str, tag: str, channels: list[str], prefix: Path | None,
-        gpu: bool | None) -> int:
+        gpu: bool | None, platform: str = "linux-64") -> int:
     if framework != "pytorch":
         raise UsageError(f"`lmsforge test` runs the PyTorch core package's tests; {framework} "
                          "has no installable test package yet")
@@ -19,9 +19,11 @@ def run(opts: Options, framework: str, tag: str, channels: list[str], prefix: Pa
         raise UsageError(f"{prefix} is not empty; tests install into a fresh prefix")
     with tempfile.TemporaryDirectory(prefix="lmsforge-test-") as tmp:
         target = prefix or Path(tmp) / "prefix"
-        with ui.step(f"installing {build.CORE_PACKAGE} from {len(channels)} channel(s)"):
+        with ui.step(f"installing {build.CORE_PACKAGE} for {platform} from {len(channels)} "
+                     "channel(s) and running its LMS tests"):
             result = build.test_installed_core(channels, target, gpu=gpu,
-                                               cache_dir=opts.cache.root / "rattler")
+                                               cache_dir=opts.cache.root / "rattler",
+                                               platform=platform)
         ui.out.print(f"{result.package} in {target}: {result.why}")
         recorded = result.identity.get("series_hash") or result.identity
         ui.out.print(f"  series: {recorded}")
