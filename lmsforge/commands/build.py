@@ -54,7 +54,7 @@ def run(opts: Options, framework: str, tag: str, profile: str, platform: str,
         todo = _not_yet_in_channel(rendered, plan, channel, identity)
         for combination in todo:
             label = ", ".join(f"{k}={v}" for k, v in combination.items()) or "default"
-            with ui.step(f"rattler-build {framework} {tag} {profile} [{label}] for {platform}"):
+            with ui.step(f"rattler-build {framework} {tag} {profile} ({label}) for {platform}"):
                 result = build.build_variant(
                     rendered, combination, opts.cache.build_dir(framework, tag, "rattler-out"),
                     tools=tools, jobs=opts.jobs,
