@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from lmsforge import build, build_plan, channel, recipes, toolchain
+from lmsforge import build, build_plan, channel, debian, emulation, recipes, toolchain
 from lmsforge.commands import build as build_command
 from lmsforge.errors import UsageError
 from conftest import REPO_ROOT, real_test_cache
@@ -213,12 +213,20 @@ def test_readme_test_command_passes_from_the_channel(builds, work):
     assert re.search(r"lms_core_tests: [1-9]\d* passed, 0 failed", result.stdout)
 
 
+@pytest.fixture(scope="module")
+def qemu() -> None:
+    """qemu-user and the ppc64el runtime: declared inputs of the emulated tests, installed here
+    (as root, with one line naming them) because `lmsforge test` never installs anything."""
+    packages = emulation.TARGETS["linux-ppc64le"].debian_packages
+    if os.geteuid() != 0 and debian.missing_packages(packages):
+        pytest.skip(f"not root: cannot install {' '.join(packages)} for the emulated tests")
+    toolchain.ensure_debian_packages(packages, "the linux-ppc64le LMS tests under emulation")
+
+
 @pytest.mark.slow
 def test_ppc64le_package_installs_from_the_channel_and_its_lms_tests_pass_under_qemu(builds,
-                                                                                     work):
+                                                                                     work, qemu):
     result = lmsforge([*readme_command("test"), "--platform", "linux-ppc64le"], work)
-    if shutil.which("qemu-ppc64le") is None:
-        pytest.fail("qemu-user is a declared test input of CI (tests/conftest.py installs it)")
     assert result.returncode == 0, result.stderr
     assert "pytorch-lms-core=2.6.0=cpu_lms_" in result.stdout and "qemu-ppc64le" in result.stdout
     assert re.search(r"lms_core_tests: [1-9]\d* passed, 0 failed", result.stdout)
