@@ -344,8 +344,9 @@ def test_installed_core(channels: Sequence[str | Path], prefix: Path, *,
     if emulation.needed(platform):
         emulator = emulation.find(platform)
         if emulator is None:
-            raise CheckFailed(f"skipped: {platform} LMS tests not run, {emulation.missing(platform)};"
-                              f" {package} installed into {prefix}, nothing ran (not a pass)")
+            raise CheckFailed(f"skipped: {platform} LMS tests not run, "
+                              f"{emulation.missing(platform)}; {package} installed from the "
+                              "channel, but nothing ran (not a pass)")
         launcher = emulator.launcher()
         why += f" ({' '.join(launcher)})"
     programs = []
