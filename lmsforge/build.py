@@ -78,8 +78,8 @@ def build_variant(rendered: RenderResult, combination: Mapping[str, str], output
         raise UsageError(f"{dict(combination)} is not in the rendered matrix of "
                          f"{rendered.framework} {rendered.tag} {rendered.profile}; render again")
     if rendered.profile == "core" and (tools is None or tools.platform != rendered.platform):
-        raise UsageError(f"the core profile for {rendered.platform} builds with the toolchain "
-                         f"toolchain.prepare('{rendered.platform}') returns")
+        raise UsageError(f"a core build for {rendered.platform} needs that platform's "
+                         f"toolchain: pass tools=toolchain.prepare('{rendered.platform}', …)")
     output_dir = output_dir.resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     config = rattler_variant_config(rendered.variants, combination, rendered.platform)
