@@ -87,7 +87,7 @@ def _platform_build(platform: str, declared: toolchain.PlatformInputs,
 
 
 def _platform_cuda(platform: str) -> Check:
-    name = f"{platform} CUDA"
+    name = "CUDA toolkit" + ("" if platform == toolchain.HOST_PLATFORM else f" ({platform})")
     cuda = toolchain.host_cuda(platform)
     if cuda is None:
         where = ("CUDA_HOME, else /usr/local/cuda" if platform == toolchain.HOST_PLATFORM else

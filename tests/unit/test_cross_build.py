@@ -73,3 +73,19 @@ def test_build_with_an_empty_channel_is_a_usage_error_that_writes_nothing(tmp_pa
     assert result.exit_code == 2
     assert "--channel" in result.output and "must not be empty" in result.output
     assert [p.name for p in tmp_path.iterdir() if p.name != "cache"] == []
+
+
+def test_doctor_reports_each_platform_and_warns_when_ppc64le_tests_cannot_run(monkeypatch,
+                                                                              tmp_path):
+    from lmsforge import doctor
+
+    checks = {c.name: c for c in doctor.platform_checks(tmp_path)}
+    assert {"linux-64 build", "CUDA toolkit", "linux-ppc64le build",
+            "CUDA toolkit (linux-ppc64le)", "linux-ppc64le tests"} == set(checks)
+    assert "g++-powerpc64le-linux-gnu" in checks["linux-ppc64le build"].detail or \
+        checks["linux-ppc64le build"].status == doctor.OK
+    assert "sysroot not cached yet" in checks["linux-ppc64le build"].detail
+    assert checks["CUDA toolkit (linux-ppc64le)"].status == doctor.WARN
+    monkeypatch.setenv("PATH", str(tmp_path))
+    [tests] = [c for c in doctor.platform_checks(tmp_path) if c.name == "linux-ppc64le tests"]
+    assert tests.status == doctor.WARN and "never a pass" in tests.detail
