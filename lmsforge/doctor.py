@@ -82,8 +82,8 @@ def _platform_build(platform: str, declared: toolchain.PlatformInputs,
     if missing:
         return Check(name, WARN, "; ".join(parts) + f"; the first build installs (as root) "
                      f"the Debian packages {' '.join(missing)}")
-    return Check(name, OK, "; ".join(parts) + f"; Debian inputs {' '.join(declared.debian_packages)}"
-                 " installed")
+    installed = " ".join(declared.debian_packages)
+    return Check(name, OK, "; ".join(parts) + f"; Debian inputs {installed} installed")
 
 
 def _platform_cuda(platform: str) -> Check:

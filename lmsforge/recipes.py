@@ -91,7 +91,7 @@ class TagVariants:
     values: Mapping[str, object]  # key -> list, or {platform: list}
 
     def allowed(self, key: str, platform: str, profile: str | None = None) -> list[str]:
-        """KEY's values on PLATFORM; a ``<profile>_<key>`` entry, where present, wins for PROFILE."""
+        """KEY's values on PLATFORM; a ``<profile>_<key>`` entry, if any, wins for PROFILE."""
         raw = self.values.get(f"{profile}_{key}") if profile else None
         if raw is None:
             raw = self.values.get(key)

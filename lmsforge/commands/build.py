@@ -1,5 +1,5 @@
-"""`lmsforge build`: plan → inputs → fetch → apply → verify apply → render → rattler-build → audit
-→ publish to the channel.
+"""`lmsforge build`: plan → inputs → fetch → apply → verify apply → render → rattler-build →
+audit → publish to the channel.
 
 Everything that can refuse the build is checked before the first compile: the variant matrix
 against the host's CUDA toolkit (``build_plan``), the target platform, the channel folder, and

@@ -7,7 +7,8 @@ cuda=OFF
 extra=()
 if [ "${target_platform}" != "${build_platform}" ]; then
   # A cross build: the compilers and target libraries come from lmsforge's toolchain file.
-  extra+=("-DCMAKE_TOOLCHAIN_FILE=${LMS_CMAKE_TOOLCHAIN:?a cross build for ${target_platform} needs LMS_CMAKE_TOOLCHAIN (run it with lmsforge build)}")
+  toolchain=${LMS_CMAKE_TOOLCHAIN:?a cross build for ${target_platform} needs LMS_CMAKE_TOOLCHAIN}
+  extra+=("-DCMAKE_TOOLCHAIN_FILE=${toolchain}")
 fi
 if [ "${LMS_CUDA_VERSION}" != "None" ]; then
   cuda=ON
