@@ -149,6 +149,11 @@ def _channel_subdirs(folder: Path) -> list[Path]:
                        or any(p.glob("*.tar.bz2"))))
 
 
+def check_publishable(folder: Path) -> None:
+    """Refuse, before any work is done, a folder channel that ``publish`` would refuse."""
+    _check_channel_folder(folder.resolve())
+
+
 def _nearest_existing(path: Path) -> Path:
     for parent in [path, *path.parents]:
         if parent.exists():

@@ -237,6 +237,15 @@ def port(ctx: click.Context, framework: str | None, from_tag: str | None, to_tag
 
 
 platform_choice = click.Choice(["linux-64", "linux-ppc64le"])
+
+
+def _folder_not_empty(ctx: click.Context, param: click.Parameter, value: str) -> Path:
+    """A folder option where an empty string is a mistake, never "the current folder"."""
+    if not value.strip():
+        raise click.BadParameter("must not be empty; name a folder", ctx, param)
+    return Path(value)
+
+
 variant_opt = click.option("--variant", "variant_args", multiple=True, metavar="KEY=VALUE",
                            help="Narrow the variant matrix, e.g. --variant cuda=12.4 "
                                 "--variant python=3.11 (repeatable).")
@@ -275,8 +284,8 @@ def render(ctx: click.Context, framework: str, tag: str, profile: str,
               show_default=True, help="core: c10 + LMS tests (minutes); full: the framework.")
 @click.option("--platform", type=platform_choice, default="linux-64", show_default=True)
 @variant_opt
-@click.option("--channel", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("lms-channel"), show_default=True,
+@click.option("--channel", type=click.Path(file_okay=False), default="lms-channel",
+              show_default=True, callback=_folder_not_empty,
               help="Local output channel the packages are added to.")
 @source_options
 @click.pass_context
@@ -305,16 +314,19 @@ def build(ctx: click.Context, framework: str, tag: str, profile: str, platform: 
               help="Fresh prefix to install into [default: a temporary one].")
 @click.option("--gpu/--cpu", "gpu", default=None,
               help="Force the GPU or the CPU tests [default: GPU tests when a GPU is present].")
+@click.option("--platform", type=platform_choice, default="linux-64", show_default=True,
+              help="Platform of the package to test; linux-ppc64le runs under qemu-user.")
 @click.pass_context
 def test_(ctx: click.Context, framework: str, tag: str, channels: tuple[str, ...],
-          prefix: Path | None, gpu: bool | None) -> None:
+          prefix: Path | None, gpu: bool | None, platform: str) -> None:
     """Install the built package from a channel into a fresh prefix and run its LMS tests.
 
     Example: lmsforge test --framework pytorch --tag v2.6.0 --channel ./ch
     """
     from lmsforge.commands import test as command
 
-    _invoke(ctx, lambda opts: command.run(opts, framework, tag, list(channels), prefix, gpu))
+    _invoke(ctx, lambda opts: command.run(opts, framework, tag, list(channels), prefix, gpu,
+                                          platform))
 
 
 @main.command()

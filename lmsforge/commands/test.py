@@ -20,7 +20,7 @@ from lmsforge.options import Options
 
 
 def run(opts: Options, framework: str, tag: str, channels: list[str], prefix: Path | None,
-        gpu: bool | None) -> int:
+        gpu: bool | None, platform: str = "linux-64") -> int:
     if framework != "pytorch":
         raise UsageError(f"`lmsforge test` runs the PyTorch core package's tests; {framework} "
                          "has no installable test package yet")
@@ -31,10 +31,11 @@ def run(opts: Options, framework: str, tag: str, channels: list[str], prefix: Pa
     _check_channels_have(tag, version, channels, gpu, opts.cache.root / "rattler")
     with tempfile.TemporaryDirectory(prefix="lmsforge-test-") as tmp:
         target = prefix or Path(tmp) / "prefix"
-        with ui.step(f"installing {build.CORE_PACKAGE} {version} from {len(channels)} "
-                     "channel(s)"):
+        with ui.step(f"installing {build.CORE_PACKAGE} {version} for {platform} from "
+                     f"{len(channels)} channel(s) and running its LMS tests"):
             result = build.test_installed_core(channels, target, gpu=gpu, version=version,
-                                               cache_dir=opts.cache.root / "rattler")
+                                               cache_dir=opts.cache.root / "rattler",
+                                               platform=platform)
         ui.out.print(f"{result.package} in {target}: {result.why}")
         recorded = result.identity.get("series_hash")
         if recorded == series.series_hash:

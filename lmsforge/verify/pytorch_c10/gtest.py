@@ -50,14 +50,15 @@ def parse_gtest_json(text: str) -> GtestReport:
 def run_gtest(binary: Path, *, log: Path, json_path: Path | None = None,
               extra_args: Sequence[str] = (), timeout: float = DEFAULT_TIMEOUT_S,
               echo: bool = False, append: bool = False,
-              env: Mapping[str, str] | None = None) -> GtestRun:
-    """Run BINARY (with ENV added to the environment); a crash, a hang or a missing report
-    raises, failed tests do not."""
+              env: Mapping[str, str] | None = None,
+              launcher: Sequence[str] = ()) -> GtestRun:
+    """Run BINARY (after LAUNCHER, e.g. an emulator; with ENV added to the environment); a
+    crash, a hang or a missing report raises, failed tests do not."""
     json_path = json_path or log.with_suffix(".json")
     json_path.unlink(missing_ok=True)  # a stale report must never stand in for this run
+    command = [*launcher, binary, f"--gtest_output=json:{json_path}", *extra_args]
     with open(log, "a" if append else "w") as out, Timer() as timer:
-        finished = run_logged([binary, f"--gtest_output=json:{json_path}", *extra_args], out,
-                              echo=echo, timeout=timeout, env=env)
+        finished = run_logged(command, out, echo=echo, timeout=timeout, env=env)
     if finished.timed_out:
         raise CheckFailed(f"{binary.name} did not finish within {timeout:.0f} s; "
                           f"full log: {log}")
