@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from fixtures import commit_patch, git, lmsforge, one_line_error, snapshot
+from port_helpers import stop_line
 
 
 def cli(toy, *args: str):
@@ -52,7 +53,7 @@ def test_clean_port_with_moved_context(git_series, tmp_path):
     assert [p["id"] for p in manifest["patches"]] == ["lms-core", "allocator-hook",
                                                        "storage-hook"]
     report = (folder / "PORT-REPORT.md").read_text()
-    assert "| 0020-allocator-hook.patch | picked |" in report
+    assert "| allocator-hook | 0020-allocator-hook.patch | picked |" in report
     assert "Range diff" in report
     # The new series verifies on its own tag, round trip included.
     verify = cli(git_series, "verify", "-f", "toy", "-t", "v1.1.0", "--source", "git")
@@ -66,7 +67,7 @@ def test_conflicting_port_stops_with_report_and_exit_3(git_series, tmp_path):
     before = snapshot(git_series["patches"])
     result = start(git_series, "v2.0.0", into)
     assert result.exit_code == 3
-    line = one_line_error(result)
+    line = stop_line(result)
     assert "port stopped at 0030-storage-hook.patch: conflicts in src/storage.h (lines " in line
     culprit = git(git_series["upstream"], "rev-parse", "v2.0.0")
     assert f"first breaking upstream commit {culprit[:12]} (toy 2.0.0: rename size)" in line
@@ -90,7 +91,7 @@ def test_continue_refuses_markers_then_finishes(git_series, tmp_path):
     result = port(git_series, into, "--continue")
     assert result.exit_code == 0, result.output
     folder = git_series["patches"] / "toy" / "v2.0.0"
-    assert "| 0030-storage-hook.patch | resolved |" in (folder / "PORT-REPORT.md").read_text()
+    assert "| storage-hook | 0030-storage-hook.patch | resolved |" in (folder / "PORT-REPORT.md").read_text()
     assert cli(git_series, "verify", "-f", "toy", "-t", "v2.0.0", "--source",
                "git").exit_code == 0
     # The resolution is saved in the repository for every later port.
@@ -110,7 +111,7 @@ def test_recorded_resolution_replays_on_the_next_port(git_series, tmp_path):
     result = start(git_series, "v2.0.0", second)
     assert result.exit_code == 0, result.output
     report = (series_b / "PORT-REPORT.md").read_text()
-    assert "| 0030-storage-hook.patch | rerere |" in report
+    assert "| storage-hook | 0030-storage-hook.patch | rerere |" in report
     assert (series_b / "0030-storage-hook.patch").read_bytes() == produced
 
 
@@ -227,5 +228,6 @@ def test_risk_table_does_not_count_files_the_series_adds(git_series, tmp_path):
     result = start(git_series, "v1.1.0", tmp_path / "port")
     assert result.exit_code == 0, result.output
     report = (git_series["patches"] / "toy" / "v1.1.0" / "PORT-REPORT.md").read_text()
-    assert "| 0040-lms-core-tuning.patch | 0 | 0 | 0 | none (new files only) |" in report, report
-    assert "| 0020-allocator-hook.patch | 1 |" in report
+    assert ("| lms-core-tuning | 0040-lms-core-tuning.patch | 0 | 0 | 0 | none (new files only) "
+            "| — |") in report, report
+    assert "| allocator-hook | 0020-allocator-hook.patch | 1 |" in report
