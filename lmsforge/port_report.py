@@ -78,6 +78,21 @@ def commits_by_patch_id(tree: Path, base: str, branch: str) -> dict[str, str]:
 
 
 _RANGE_DIFF_HEAD = re.compile(r"^\d+:(\s+\S+ [!=] )\d+:")
+_HUNK_NUMBERS = re.compile(rb"^@@ [^@]* @@", re.M)
+_INDEX_LINE = re.compile(rb"^index [0-9a-f]+\.\.[0-9a-f]+.*\n", re.M)
+
+
+def _patch_texts(tree: Path, commits: list[str]) -> dict[str, tuple[str, bytes]]:
+    """Short id and message + diff of each commit, with what range-diff ignores taken out."""
+    if not commits:
+        return {}
+    out = git.run(["show", "--no-color", "--format=%x00%H %h%n%B", "-p", *commits], tree).stdout
+    texts = {}
+    for chunk in out.split(b"\0")[1:]:
+        head, _, body = chunk.partition(b"\n")
+        commit, short = head.decode().split()
+        texts[commit] = (short, _INDEX_LINE.sub(b"", _HUNK_NUMBERS.sub(b"@@", body)))
+    return texts
 
 
 def range_diff(tree: Path, state: PortState) -> str:
@@ -86,10 +101,14 @@ def range_diff(tree: Path, state: PortState) -> str:
     A whole-range range-diff pairs commits by how alike their diffs are, so a patch whose
     resolution moved its hunks to other files (a hook folded into another file on tag B) shows
     up as one patch removed and an unrelated one added, with nothing to review. The trailer
-    says which commits are the same patch, so each pair is compared on its own.
+    says which commits are the same patch, so each pair is compared on its own. Pairs whose
+    message and diff are the same but for line numbers get range-diff's `=` line without
+    running it (a long series has mostly those).
     """
     branch_b = worktree.branch_name(state.framework, state.to_tag)
     on_b = commits_by_patch_id(tree, state.to_commit, branch_b)
+    texts = _patch_texts(tree, [p.commit_on_a for p in state.patches if p.id in on_b] +
+                         list(on_b.values()))
     parts = []
     position_b = 0
     for position, patch in enumerate(state.patches, 1):
@@ -100,6 +119,11 @@ def range_diff(tree: Path, state: PortState) -> str:
                          f"({patch.status}: {_one_line(patch.note)})\n")
             continue
         position_b += 1
+        (short_a, text_a), (short_b, text_b) = texts[patch.commit_on_a], texts[commit_b]
+        if text_a == text_b:
+            subject = text_a.split(b"\n", 1)[0].decode(errors="replace")
+            parts.append(f"{position}:  {short_a} = {position_b}:  {short_b} {subject}\n")
+            continue
         proc = git.run(["range-diff", "--no-color", "--creation-factor=999",
                         f"{patch.commit_on_a}^..{patch.commit_on_a}",
                         f"{commit_b}^..{commit_b}"], tree, check=False)

@@ -12,7 +12,7 @@ import json
 import shlex
 import shutil
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -96,9 +96,12 @@ class PortState:
         return next(p for p in self.patches if p.id == patch_id)
 
     def save(self, tree: Path) -> None:
+        """Write the state atomically (saved before and after every pick: keep it cheap)."""
+        data = {**vars(self), "patches": [vars(p) for p in self.patches],
+                "finish": vars(self.finish) if self.finish else None}
         path = git_dir(tree) / STATE_FILE
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        tmp.write_text(json.dumps(data, separators=(",", ":")) + "\n")
         tmp.replace(path)
 
     @classmethod
@@ -127,7 +130,9 @@ def identity(data: dict[str, object]) -> TreeIdentity:
 
 
 def git_dir(tree: Path) -> Path:
-    return Path(git.out(["rev-parse", "--absolute-git-dir"], tree))
+    # A port work tree is always a repository of its own made by the port: its git folder is
+    # .git, and asking git would fail while a restart rebuilds it.
+    return tree / ".git"
 
 
 def exists(tree: Path) -> bool:
@@ -157,6 +162,8 @@ def locate(into: Path | None, action: str) -> Path:
                              "inside that tree)")
         return top.resolve()
     path = into.absolute()
+    if (path / ".git" / STATE_FILE).is_file():
+        return path.resolve()
     if not path.exists():
         raise UsageError(f"{path} does not exist, so no port is in progress there; start one "
                          f"with `lmsforge port --framework F --from A --to B --into "
@@ -206,3 +213,20 @@ def command(state: PortState, tree: Path, action: str) -> str:
     extra = " --reason 'WHY'" if action == "skip" else ""
     return (f"lmsforge --patches-dir {shlex.quote(state.patches_dir)} port --{action}{extra} "
             f"--into {shlex.quote(str(tree))}")
+
+
+def summary(tree: Path) -> str | None:
+    """One line on the port in progress in TREE (for `lmsforge status`), or None."""
+    if not exists(tree):
+        return None
+    try:
+        state = PortState.load(tree)
+    except UsageError as exc:
+        return str(exc)
+    where = {"start": "starting", "replay": "replaying", "finish": "writing the series"}
+    stopped = f", stopped at {state.patch(state.current).file}" if state.current else ""
+    branch = (f"; the work is on branch lms/{state.framework}/{state.to_tag}"
+              if state.phase != "start" else "")
+    return (f"{state.framework} {state.from_tag} → {state.to_tag} in progress "
+            f"({where.get(state.phase, state.phase)}{stopped}{branch}); "
+            f"`{command(state, tree, 'status')}` says more")

@@ -9,38 +9,17 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
-from fixtures import commit_patch, git, lmsforge, one_line_error, snapshot
-from port_helpers import stop_line
-
-
-def cli(toy, *args: str):
-    return lmsforge("--patches-dir", str(toy["patches"]), *args)
-
-
-def port(toy, into: Path, *args: str):
-    return cli(toy, "port", "--into", str(into), *args)
-
-
-def start(toy, to: str, into: Path, *extra: str):
-    return port(toy, into, "-f", "toy", "--from", "v1.0.0", "--to", to, "--source", "git",
-                *extra)
+from fixtures import commit_patch, git, one_line_error, snapshot
+from port_helpers import cli, port, reexport_on_git, resolve_storage, start, stop_line
 
 
 @pytest.fixture
 def git_series(toy_series):
-    """The toy series re-exported on the git source, so A and B share upstream history."""
-    tree = toy_series["work"] / "git-tree"
-    result = cli(toy_series, "apply", "-f", "toy", "-t", "v1.0.0", "--source", "git", "--into",
-                 str(tree))
-    assert result.exit_code == 0, result.output
-    assert cli(toy_series, "export", "-f", "toy", "-t", "v1.0.0", "--tree",
-               str(tree)).exit_code == 0
-    return toy_series
+    return reexport_on_git(toy_series)
 
 
 def test_clean_port_with_moved_context(git_series, tmp_path):
@@ -77,17 +56,12 @@ def test_conflicting_port_stops_with_report_and_exit_3(git_series, tmp_path):
     assert "→ 0030-storage-hook.patch" in status.stdout
 
 
-def _resolve_storage(into: Path) -> None:
-    (into / "src" / "storage.h").write_text(
-        "struct storage {\n  void *data;\n  size_t n;\n  void *lms;\n};\n")
-
-
 def test_continue_refuses_markers_then_finishes(git_series, tmp_path):
     into = tmp_path / "port"
     assert start(git_series, "v2.0.0", into).exit_code == 3
     refused = port(git_series, into, "--continue")
     assert refused.exit_code == 2 and "conflict markers" in one_line_error(refused)
-    _resolve_storage(into)
+    resolve_storage(into)
     result = port(git_series, into, "--continue")
     assert result.exit_code == 0, result.output
     folder = git_series["patches"] / "toy" / "v2.0.0"
@@ -101,7 +75,7 @@ def test_continue_refuses_markers_then_finishes(git_series, tmp_path):
 def test_recorded_resolution_replays_on_the_next_port(git_series, tmp_path):
     first = tmp_path / "first"
     assert start(git_series, "v2.0.0", first).exit_code == 3
-    _resolve_storage(first)
+    resolve_storage(first)
     assert port(git_series, first, "--continue").exit_code == 0
     series_b = git_series["patches"] / "toy" / "v2.0.0"
     produced = (series_b / "0030-storage-hook.patch").read_bytes()
@@ -192,7 +166,7 @@ def test_port_resumes_after_the_process_was_killed(git_series, tmp_path):
     # Whatever was half done, --continue (then a resolution and --continue) completes the port.
     result = port(git_series, into, "--continue")
     if result.exit_code == 3:
-        _resolve_storage(into)
+        resolve_storage(into)
         result = port(git_series, into, "--continue")
     assert result.exit_code == 0, result.output
     manifest = yaml.safe_load((git_series["patches"] / "toy" / "v2.0.0" /
