@@ -30,7 +30,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from lmsforge import export, git, port_report, series as series_mod, worktree
+from lmsforge import export, git, patchfile, port_report, series as series_mod, worktree
 from lmsforge.errors import EXIT_STOPPED, CheckFailed, LmsforgeError, UsageError
 from lmsforge.port_state import (DONE, LOCK_FILE, STATE_FILE, FinishJournal, PatchState,
                                  PortState, clear_scratch, command, git_dir, identity, scratch)
@@ -123,7 +123,9 @@ def run_start(tree: Path, state: PortState) -> None:
 
 
 def _start(tree: Path, state: PortState) -> None:
-    series = series_mod.load(Path(state.patches_dir) / state.framework / state.from_tag)
+    # Checked in full when the port began; the hash says whether it is still that series.
+    series = series_mod.load(Path(state.patches_dir) / state.framework / state.from_tag,
+                             check_patch_ids=False)
     if series.content_hash() != state.from_series_hash:
         raise UsageError(f"the series {state.framework} {state.from_tag} changed since this port "
                          "began; start the port again")
@@ -186,10 +188,16 @@ def _drop_upstream_patches(tree: Path, state: PortState, series: series_mod.Seri
     upstream_has = {line[2:] for line in cherry if line.startswith("- ")}
     index = {"GIT_INDEX_FILE": str(scratch(tree) / "index-b")}
     git.run(["read-tree", state.to_commit], tree, env=index)
+    files_on_b = set(git.out(["ls-tree", "-r", "-z", "--name-only", state.to_commit],
+                             tree).split("\0"))
     for patch in state.patches:
         path = series.folder / patch.file
-        reverse = git.run(["apply", "--check", "--cached", "--reverse", str(path)], tree,
-                          env=index, check=False).returncode == 0
+        # A patch reverse-applies only where every file it leaves behind exists: most patches
+        # add files B lacks, and need no `git apply` to tell.
+        needs = [f.path for f in patchfile.parse(path).files if not f.deleted]
+        reverse = all(f in files_on_b for f in needs) and git.run(
+            ["apply", "--check", "--cached", "--reverse", str(path)], tree, env=index,
+            check=False).returncode == 0
         if patch.commit_on_a in upstream_has or reverse:
             patch.status = "dropped"
             patch.note = ("upstream has an equivalent commit" if patch.commit_on_a in
@@ -262,11 +270,14 @@ def _stop(tree: Path, state: PortState, patch: PatchState) -> None:
 def _recover(tree: Path, state: PortState) -> None:
     """Bring the state in line with git after a killed process; refuse what it cannot explain."""
     _clear_stale_git_locks(tree)
+    clear_scratch(tree)
     _require_branch_b(tree, state)
     on_b = _check_branch(tree, state)
     picking = _picking(tree)
     patch = state.patch(state.in_flight) if state.in_flight else None
     if patch is not None and patch.id in on_b:
+        if picking is not None:
+            git.run(["cherry-pick", "--quit"], tree)  # killed after its commit, before cleanup
         _landed(tree, state, patch, state.in_flight_outcome)
     elif patch is not None and picking == patch.commit_on_a:
         _finish_interrupted_pick(tree, state, patch)
@@ -287,6 +298,9 @@ def _recover(tree: Path, state: PortState) -> None:
 
 def _finish_interrupted_pick(tree: Path, state: PortState, patch: PatchState) -> None:
     """A kill came after the cherry-pick stopped and before the port took note of it."""
+    if _conflicted_files(tree):
+        # The kill may have come before rerere had its turn: give it one.
+        git.run(["rerere"], tree, check=False)
     if _conflicted_files(tree):
         _stop(tree, state, patch)  # as if it had just happened
     if state.in_flight_outcome == "rerere":

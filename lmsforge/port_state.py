@@ -162,10 +162,10 @@ def locate(into: Path | None, action: str) -> Path:
                              "inside that tree)")
         return top.resolve()
     path = into.absolute()
-    if (path / ".git" / STATE_FILE).is_file():
-        return path.resolve()
+    if (path / ".git").is_dir():
+        return path.resolve()  # PortState.load says whether a port is in progress there
     if not path.exists():
-        raise UsageError(f"{path} does not exist, so no port is in progress there; start one "
+        raise UsageError(f"no port in progress in {path}: the folder does not exist; start one "
                          f"with `lmsforge port --framework F --from A --to B --into "
                          f"{shlex.quote(str(path))}`")
     if not path.is_dir():

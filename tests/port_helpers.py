@@ -49,7 +49,7 @@ def make_long_upstream(root: Path) -> Path:
     """Tags v1.0.0 and v2.0.0; between them upstream renames the allocator (and moves its
     code down), changes the storage line the series hooks, and adopts one LMS file."""
     repo = root / "long-upstream"
-    repo.mkdir()
+    repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
     (repo / "src").mkdir()
     (repo / "src" / "alloc.c").write_text(ALLOCATOR_V1)
@@ -241,3 +241,25 @@ def reexport_on_git(toy: dict[str, Path]) -> dict[str, Path]:
 def resolve_storage(into: Path) -> None:
     """The hand resolution of the toy's storage-hook conflict on v2.0.0."""
     (into / "src" / "storage.h").write_text(STORAGE_RESOLVED)
+
+
+def record_storage_resolution(toy: dict[str, Path], work: Path) -> None:
+    """Put the resolution of the long series' storage conflict in the shared rerere cache.
+
+    Made the way git makes it: a cherry-pick of the storage hook onto v2.0.0 in a scratch
+    repository with rerere on, the resolution written, `git rerere` recording it.
+    """
+    scratch = work / "rerere-scratch"
+    git(work, "init", "-q", str(scratch))
+    git(scratch, "config", "rerere.enabled", "true")
+    git(scratch, "fetch", "-q", str(toy["upstream"]), "refs/tags/v2.0.0:refs/tags/v2.0.0")
+    git(scratch, "fetch", "-q", str(toy["tree"]), "HEAD:refs/heads/series")
+    git(scratch, "checkout", "-q", "v2.0.0")
+    hook = git(scratch, "log", "--format=%H", "--grep=Lms-Patch-Id: storage-hook", "series")
+    pick = subprocess.run(["git", "cherry-pick", hook], cwd=scratch, capture_output=True,
+                          env={**os.environ, **ENV})
+    assert pick.returncode == 1, pick.stderr  # the conflict the port meets
+    (scratch / "src" / "storage.h").write_text(STORAGE_RESOLVED)
+    git(scratch, "rerere")
+    shutil.copytree(scratch / ".git" / "rr-cache", toy["patches"] / "toy" / "rr-cache")
+    shutil.rmtree(scratch)
