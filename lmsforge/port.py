@@ -287,13 +287,29 @@ def _recover(tree: Path, state: PortState) -> None:
                          f"{shlex.quote(str(tree))} cherry-pick --abort`), then "
                          f"`{command(state, tree, 'continue')}`")
     elif patch is not None:
-        # The pick died before it recorded itself: its half-written files are ours to drop
-        # (the port's work tree holds nothing else; committed patches stay on the branch).
-        git.run(["reset", "--quiet", "--hard", "HEAD"], tree)
+        _drop_half_written_pick(tree, patch)
         state.in_flight, state.in_flight_outcome = None, ""
         state.save(tree)
     elif (git_dir(tree) / "sequencer").is_dir():
         git.run(["cherry-pick", "--quit"], tree, check=False)
+
+
+def _drop_half_written_pick(tree: Path, patch: PatchState) -> None:
+    """The pick died before it recorded itself: take out what it wrote, and only that.
+
+    Changes to tracked files go with a hard reset (committed patches stay on the branch).
+    Files the patch adds are untracked until the pick records itself; anything else untracked
+    may be the user's and stays.
+    """
+    git.run(["reset", "--quiet", "--hard", "HEAD"], tree)
+    paths = git.out(["show", "--format=", "--name-only", "-z", "--diff-filter=A",
+                     patch.commit_on_a], tree).split("\0")
+    paths = [p for p in paths if p]
+    if not paths:
+        return
+    written = git.out(["ls-files", "-z", "--others", "--", *paths], tree).split("\0")
+    for path in filter(None, written):
+        (tree / path).unlink()
 
 
 def _finish_interrupted_pick(tree: Path, state: PortState, patch: PatchState) -> None:

@@ -248,6 +248,22 @@ def test_f4_a_kill_before_the_state_exists_lets_the_port_start_again(git_series,
     assert result.exit_code == 0, result.output
 
 
+def test_a_pick_killed_inside_git_is_redone_and_the_users_files_stay(git_series, tmp_path):
+    """Found by the random-kill test: a kill inside `git cherry-pick` can leave the file the
+    patch adds in the tree, untracked; the resumed pick must not trip over it."""
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v1.1.0", into), tmp_path,
+                              kill={"match": "cherry-pick --allow-empty"})
+    assert killed.returncode == -9, killed.stderr
+    # What git had written when it died, and a file of the user's.
+    (into / "src" / "lms.c").write_text("int lms_reclaim(void) { return 0; }\n")
+    (into / "notes.txt").write_text("mine\n")
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    assert (into / "notes.txt").read_text() == "mine\n"
+    assert series_ids(git_series, "v1.1.0") == ["lms-core", "allocator-hook", "storage-hook"]
+
+
 FINISH_KILLS = [{"match": "format-patch", "when": "after"},
                 {"match": "worktree add", "when": "after", "group": "0"},
                 {"match": " am --quiet", "nth": "2"}]
