@@ -24,6 +24,7 @@ saved). Anything else stops the port with one line; a patch is never lost silent
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -603,7 +604,9 @@ def finish(tree: Path, state: PortState) -> Path:
                 (folder.is_dir() and any(folder.iterdir())):
             raise UsageError(f"{folder} holds files already; move them away (or remove them), "
                              f"then `{command(state, tree, 'continue')}`")
-        journal = FinishJournal(staging=str(folder.parent / f".{state.to_tag}.port-staging"),
+        # Named after the work tree: two ports to the same tag never share a staging folder.
+        owner = hashlib.sha256(str(tree).encode()).hexdigest()[:12]
+        journal = FinishJournal(staging=str(folder.parent / f".{state.to_tag}.port-{owner}"),
                                 folder_existed=folder.is_dir(),
                                 rr_cache_existed=state.shared_rr_cache.is_dir())
         state.finish = journal

@@ -423,12 +423,17 @@ def test_f10_into_a_file_or_a_plain_folder_is_a_usage_error(git_series, tmp_path
     a_file.write_text("x")
     plain = tmp_path / "plain"
     (plain / "sub").mkdir(parents=True)
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", str(repo))
     for result, words in ((start(git_series, "v2.0.0", a_file), "is a file"),
                           (port(git_series, a_file, "--status"), "is a file"),
-                          (port(git_series, plain, "--status"), "not a port work tree")):
+                          (port(git_series, plain, "--status"), "not a port work tree"),
+                          (port(git_series, repo, "--continue"), "no port in progress"),
+                          (port(git_series, repo, "--abort"), "no port in progress")):
         assert result.exit_code == 2
         assert words in one_line_error(result)
     assert a_file.read_text() == "x" and [p.name for p in plain.iterdir()] == ["sub"]
+    assert (repo / ".git").is_dir()
 
 
 def test_f10_a_second_abort_is_a_usage_error(git_series, tmp_path):
