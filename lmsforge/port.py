@@ -315,9 +315,13 @@ def _drop_half_written_pick(tree: Path, patch: PatchState) -> None:
 
 def _finish_interrupted_pick(tree: Path, state: PortState, patch: PatchState) -> None:
     """A kill came after the cherry-pick stopped and before the port took note of it."""
-    if _conflicted_files(tree):
-        # The kill may have come before rerere had its turn: give it one.
-        git.run(["rerere"], tree, check=False)
+    conflicted = _conflicted_files(tree)
+    if conflicted:
+        _mend_cut_rerere_writes(tree, patch, conflicted)
+        untouched = _conflicted_files(tree)
+        if all(_has_markers(tree, path) for path in untouched):
+            # Nobody touched these files: the kill came before rerere's turn; give it one.
+            _rerere_afresh(tree, untouched)
     if _conflicted_files(tree):
         _stop(tree, state, patch)  # as if it had just happened
     if state.in_flight_outcome == "rerere":
@@ -325,18 +329,65 @@ def _finish_interrupted_pick(tree: Path, state: PortState, patch: PatchState) ->
     else:
         # No conflict left: rerere resolved it, or the user did after the kill. Only a fresh
         # trial of the same pick tells which; a hand resolution must be reported as one.
-        outcome = "rerere" if _rerere_alone_resolves(tree, patch) else "resolved"
+        outcome = "rerere" if _trial_pick(tree, patch, [])[0] else "resolved"
     git.run(["cherry-pick", "--continue"], tree, env=CONTINUE_ENV)
     _landed(tree, state, patch, outcome)
 
 
-def _rerere_alone_resolves(tree: Path, patch: PatchState) -> bool:
+def _rerere_afresh(tree: Path, paths: list[str]) -> None:
+    """Run rerere on PATHS as on new conflicts.
+
+    rerere does not replay a recorded resolution for a conflict its MERGE_RR already lists
+    (it records a new preimage instead), so their entries go first; the entries of paths
+    already resolved stay, so their resolutions are still recorded at commit.
+    """
+    merge_rr = git_dir(tree) / "MERGE_RR"
+    if merge_rr.is_file():
+        entries = merge_rr.read_bytes().split(b"\0")
+        kept = [e for e in entries if e and e.split(b"\t", 1)[-1].decode(errors="replace")
+                not in paths]
+        merge_rr.write_bytes(b"".join(e + b"\0" for e in kept))
+    git.run(["rerere"], tree, check=False)
+
+
+def _has_markers(tree: Path, path: str) -> bool:
+    file = tree / path
+    return not file.is_file() or bool(_MARKER.search(file.read_bytes()))
+
+
+def _mend_cut_rerere_writes(tree: Path, patch: PatchState, conflicted: list[str]) -> None:
+    """Finish the resolutions rerere was writing when the process was killed.
+
+    rerere rewrites a conflicted file in place (truncate, then write), so a kill can leave it
+    cut short: no conflict markers, still unmerged. A trial of the same pick shows what rerere
+    writes; a file that is not the start of that is someone's edit, and stays as it is.
+    """
+    unmarked = [path for path in conflicted if not _has_markers(tree, path)]
+    if not unmarked:
+        return
+    _, written = _trial_pick(tree, patch, unmarked)
+    for path in unmarked:
+        whole = written.get(path)
+        if whole is not None and whole.startswith((tree / path).read_bytes()):
+            (tree / path).write_bytes(whole)
+            git.run(["add", "--", path], tree)
+
+
+def _trial_pick(tree: Path, patch: PatchState,
+                paths: list[str]) -> tuple[bool, dict[str, bytes]]:
+    """Pick PATCH again onto HEAD in a scratch work tree (rerere on, as in the port).
+
+    Returns whether rerere alone leaves no conflict, and the content of each of PATHS that
+    the trial leaves without conflict markers.
+    """
     trial = scratch(tree) / "trial"
     git.run(["worktree", "add", "--quiet", "--detach", str(trial), "HEAD"], tree)
     try:
         git.run(["cherry-pick", "--no-commit", patch.commit_on_a], trial, env=PORT_ENV,
                 check=False)
-        return not _conflicted_files(trial)
+        written = {path: (trial / path).read_bytes() for path in paths
+                   if not _has_markers(trial, path)}
+        return not _conflicted_files(trial), written
     finally:
         clear_scratch(tree)
 
@@ -436,7 +487,9 @@ def conflict_message(tree: Path, state: PortState, patch: PatchState) -> str:
     files = []
     for path in _conflicted_files(tree):
         hunks = conflict_hunks(tree, path) if (tree / path).is_file() else []
-        where = ", ".join(f"lines {a}-{b}" for a, b in hunks) or "whole file"
+        where = ", ".join(f"lines {a}-{b}" for a, b in hunks) or (
+            "no conflict markers left: `git add` it once it is resolved"
+            if (tree / path).is_file() else "whole file")
         files.append(f"{path} ({where})")
     culprit = find_culprit(tree, state, patch)
     return (f"port stopped at {patch.file}: conflicts in {'; '.join(files)}; {culprit}; "

@@ -264,6 +264,52 @@ def test_a_pick_killed_inside_git_is_redone_and_the_users_files_stay(git_series,
     assert series_ids(git_series, "v1.1.0") == ["lms-core", "allocator-hook", "storage-hook"]
 
 
+@pytest.mark.parametrize("left", ["markers", "cut", "edit"])
+def test_a_kill_around_rerere_is_mended_but_an_edit_is_kept(git_series, tmp_path, left):
+    """Found by the random-kill test: rerere rewrites a conflicted file in place, so a kill can
+    leave it cut short (no markers, still unmerged). A kill can also come before rerere ran.
+    Both must resume as rerere would have ended; a file someone edited must stay theirs."""
+    first = tmp_path / "first"
+    stopped(git_series, first)
+    resolve_storage(first)
+    assert port(git_series, first, "--continue").exit_code == 0
+    shared = git_series["patches"] / "toy" / "rr-cache"
+    (resolution,) = shared.iterdir()
+    shutil.move(git_series["patches"] / "toy" / "v2.0.0", tmp_path / "first-series")
+    shutil.move(shared, tmp_path / "rr-cache")  # the port starts without it ...
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v2.0.0", into), tmp_path,
+                              kill={"match": "cherry-pick --allow-empty", "when": "after",
+                                    "rc": "1"})
+    assert killed.returncode == -9, killed.stderr
+    # ... and the resolution appears in the tree's cache as if rerere had it all along and
+    # had not yet written it (markers), was killed writing it (cut), or someone edited (edit).
+    shutil.copy(tmp_path / "rr-cache" / resolution.name / "postimage",
+                into / ".git" / "rr-cache" / resolution.name)
+    storage = into / "src" / "storage.h"
+    assert b"<<<<<<<" in storage.read_bytes()
+    mine = "struct storage {\n  void *data;\n  size_t n;\n  void *mine;\n};\n"
+    if left == "cut":
+        storage.write_text("struct storage {\n  void")  # the start of the recorded resolution
+    elif left == "edit":
+        storage.write_text(mine)
+    done = port(git_series, into, "--continue")
+    if left == "edit":
+        assert done.exit_code == 3 and "no conflict markers left" in stop_line(done)
+        assert storage.read_text() == mine
+        done = port(git_series, into, "--continue")
+        assert done.exit_code == 0, done.output
+        assert "| storage-hook | 0030-storage-hook.patch | resolved |" in report(git_series,
+                                                                           "v2.0.0")
+        assert "+  void *mine;" in (git_series["patches"] / "toy" / "v2.0.0" /
+                                    "0030-storage-hook.patch").read_text()
+        return
+    assert done.exit_code == 0, done.output
+    assert "| storage-hook | 0030-storage-hook.patch | rerere |" in report(git_series, "v2.0.0")
+    assert (git_series["patches"] / "toy" / "v2.0.0" / "0030-storage-hook.patch").read_bytes() \
+        == (tmp_path / "first-series" / "0030-storage-hook.patch").read_bytes()
+
+
 FINISH_KILLS = [{"match": "format-patch", "when": "after"},
                 {"match": "worktree add", "when": "after", "group": "0"},
                 {"match": " am --quiet", "nth": "2"}]
