@@ -205,3 +205,24 @@ def test_risk_table_does_not_count_files_the_series_adds(git_series, tmp_path):
     assert ("| lms-core-tuning | 0040-lms-core-tuning.patch | 0 | 0 | 0 | none (new files only) "
             "| — |") in report, report
     assert "| allocator-hook | 0020-allocator-hook.patch | 1 |" in report
+
+
+def test_a_recorded_resolution_replays_across_an_upstream_rename(git_series, tmp_path):
+    """rerere's resolution for storage.h resolves the same conflict in the renamed file."""
+    first = tmp_path / "first"
+    assert start(git_series, "v2.0.0", first).exit_code == 3
+    resolve_storage(first)
+    assert port(git_series, first, "--continue").exit_code == 0
+    upstream = git_series["upstream"]
+    git(upstream, "checkout", "-q", "v2.0.0")
+    git(upstream, "mv", "src/storage.h", "src/storage_impl.h")
+    git(upstream, "commit", "-q", "-m", "storage: new file name")
+    git(upstream, "tag", "v2.1.0")
+    result = start(git_series, "v2.1.0", tmp_path / "second")
+    assert result.exit_code == 0, result.output
+    folder = git_series["patches"] / "toy" / "v2.1.0"
+    report = (folder / "PORT-REPORT.md").read_text()
+    assert "| storage-hook | 0030-storage-hook.patch | rerere |" in report
+    assert "src/storage.h → src/storage_impl.h" in report
+    patch = (folder / "0030-storage-hook.patch").read_text()
+    assert "+++ b/src/storage_impl.h" in patch and "+  void *lms;" in patch
