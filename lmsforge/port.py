@@ -2,7 +2,9 @@
 
 The port runs in its own work tree (``--into``). Progress lives in git refs and a state file in
 that tree's git folder (``port_state.py``), so a process killed in any phase resumes with
-``--continue`` and ``--abort`` removes every trace:
+``--continue`` (``port_recover.py``) and ``--abort`` removes every trace. This module holds the
+phases and the user's actions; ``port_steps.py`` what they share, ``port_finish.py`` the last
+phase, ``port_report.py`` what the reviewer reads:
 
 1. start: the series' base must be tag A's tree; materialise the series on A (branch
    ``lms/F/A``); a risk table from what upstream changed (and renamed) between A and B in each
@@ -24,28 +26,21 @@ saved). Anything else stops the port with one line; a patch is never lost silent
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import shlex
 import shutil
 from pathlib import Path
 
-from lmsforge import export, git, patchfile, port_report, series as series_mod, worktree
-from lmsforge.errors import EXIT_STOPPED, CheckFailed, LmsforgeError, UsageError
-from lmsforge.port_state import (DONE, LOCK_FILE, STATE_FILE, FinishJournal, PatchState,
-                                 PortState, clear_scratch, command, git_dir, identity, scratch)
+from lmsforge import git, patchfile, port_report, series as series_mod, worktree
+from lmsforge.errors import CheckFailed, UsageError
+from lmsforge.port_finish import finish, undo_finish
+from lmsforge.port_recover import recover
+from lmsforge.port_state import (LOCK_FILE, STATE_FILE, PatchState, PortState, clear_scratch,
+                                 command, git_dir, identity, scratch)
+from lmsforge.port_steps import (CONTINUE_ENV, MARKER, PORT_ENV, branch_commits, check_branch,
+                                 cherry_pick_head, clear_stale_git_locks, conflicted_files,
+                                 landed, require_branch_b, rerere_resolved, stop)
 from lmsforge.upstream import TreeIdentity
-
-PORT_ENV = dict(worktree.AM_ENV)
-CONTINUE_ENV = {**PORT_ENV, "GIT_EDITOR": "true"}
-RESOLVED_NOTE = "conflict resolved by hand (recorded for rerere)"
-RERERE_NOTE = "conflict resolved by a recorded resolution (rerere)"
-_MARKER = re.compile(rb"^(<{7}|>{7})( |$)", re.M)
-
-
-class PortStopped(LmsforgeError):
-    exit_code = EXIT_STOPPED
 
 
 # --- start ---------------------------------------------------------------------------------------
@@ -218,7 +213,7 @@ def proceed(tree: Path, state: PortState) -> Path:
 
 def _replay(tree: Path, state: PortState) -> None:
     """Pick every pending patch; stop with PortStopped at a conflict rerere cannot resolve."""
-    _recover(tree, state)
+    recover(tree, state)
     for patch in state.patches:
         if patch.status == "pending":
             _pick(tree, state, patch)
@@ -234,303 +229,20 @@ def _pick(tree: Path, state: PortState, patch: PatchState) -> None:
     proc = git.run(["cherry-pick", "--allow-empty", patch.commit_on_a], tree, env=PORT_ENV,
                    check=False)
     if proc.returncode == 0:
-        _landed(tree, state, patch, "picked")
+        landed(tree, state, patch, "picked")
         return
-    if _rerere_resolved(tree):
+    if rerere_resolved(tree):
         state.in_flight_outcome = "rerere"
         state.save(tree)
         git.run(["cherry-pick", "--continue"], tree, env=CONTINUE_ENV)
-        _landed(tree, state, patch, "rerere")
+        landed(tree, state, patch, "rerere")
         return
-    if not _conflicted_files(tree):
+    if not conflicted_files(tree):
         lines = proc.stderr.decode(errors="replace").strip().splitlines()
         first = next((ln for ln in lines if ln.startswith(("error", "fatal"))), "no output")
         raise CheckFailed(f"cherry-pick of {patch.file} failed ({first}); see `git -C "
                           f"{shlex.quote(str(tree))} status`")
-    _stop(tree, state, patch)
-
-
-def _landed(tree: Path, state: PortState, patch: PatchState, outcome: str) -> None:
-    notes = {"picked": "", "rerere": RERERE_NOTE, "resolved": RESOLVED_NOTE}
-    renamed = state.renamed.get(patch.id)
-    where = f"applied to what upstream renamed: {'; '.join(renamed)}" if renamed else ""
-    patch.status = outcome
-    patch.note = "; ".join(n for n in (notes[outcome], where) if n)
-    state.in_flight, state.in_flight_outcome = None, ""
-    state.save(tree)
-
-
-def _stop(tree: Path, state: PortState, patch: PatchState) -> None:
-    state.current = patch.id
-    state.stop_head = git.out(["rev-parse", "HEAD"], tree)
-    state.in_flight, state.in_flight_outcome = None, ""
-    state.save(tree)
-    raise PortStopped(conflict_message(tree, state, patch))
-
-
-def _recover(tree: Path, state: PortState) -> None:
-    """Bring the state in line with git after a killed process; refuse what it cannot explain."""
-    _clear_stale_git_locks(tree)
-    clear_scratch(tree)
-    _require_branch_b(tree, state)
-    on_b = _check_branch(tree, state)
-    picking = _picking(tree)
-    patch = state.patch(state.in_flight) if state.in_flight else None
-    if patch is not None and patch.id in on_b:
-        if picking is not None:
-            git.run(["cherry-pick", "--quit"], tree)  # killed after its commit, before cleanup
-        _landed(tree, state, patch, state.in_flight_outcome)
-    elif patch is not None and picking == patch.commit_on_a:
-        _finish_interrupted_pick(tree, state, patch)
-    elif picking is not None:
-        raise UsageError(f"{tree} has a cherry-pick of {picking[:12]} in progress that this "
-                         f"port did not start; finish or abort it (`git -C "
-                         f"{shlex.quote(str(tree))} cherry-pick --abort`), then "
-                         f"`{command(state, tree, 'continue')}`")
-    elif patch is not None:
-        _drop_half_written_pick(tree, patch)
-        state.in_flight, state.in_flight_outcome = None, ""
-        state.save(tree)
-    elif (git_dir(tree) / "sequencer").is_dir():
-        git.run(["cherry-pick", "--quit"], tree, check=False)
-
-
-def _drop_half_written_pick(tree: Path, patch: PatchState) -> None:
-    """The pick died before it recorded itself: take out what it wrote, and only that.
-
-    Changes to tracked files go with a hard reset (committed patches stay on the branch).
-    Files the patch adds are untracked until the pick records itself; anything else untracked
-    may be the user's and stays.
-    """
-    git.run(["reset", "--quiet", "--hard", "HEAD"], tree)
-    paths = git.out(["show", "--format=", "--name-only", "-z", "--diff-filter=A",
-                     patch.commit_on_a], tree).split("\0")
-    paths = [p for p in paths if p]
-    if not paths:
-        return
-    written = git.out(["ls-files", "-z", "--others", "--", *paths], tree).split("\0")
-    for path in filter(None, written):
-        (tree / path).unlink()
-
-
-def _finish_interrupted_pick(tree: Path, state: PortState, patch: PatchState) -> None:
-    """A kill came after the cherry-pick stopped and before the port took note of it."""
-    conflicted = _conflicted_files(tree)
-    if conflicted:
-        _mend_cut_rerere_writes(tree, patch, conflicted)
-        untouched = _conflicted_files(tree)
-        if all(_has_markers(tree, path) for path in untouched):
-            # Nobody touched these files: the kill came before rerere's turn; give it one.
-            _rerere_afresh(tree, untouched)
-    if _conflicted_files(tree):
-        _stop(tree, state, patch)  # as if it had just happened
-    if state.in_flight_outcome == "rerere":
-        outcome = "rerere"
-    else:
-        # No conflict left: rerere resolved it, or the user did after the kill. Only a fresh
-        # trial of the same pick tells which; a hand resolution must be reported as one.
-        outcome = "rerere" if _trial_pick(tree, patch, [])[0] else "resolved"
-    git.run(["cherry-pick", "--continue"], tree, env=CONTINUE_ENV)
-    _landed(tree, state, patch, outcome)
-
-
-def _rerere_afresh(tree: Path, paths: list[str]) -> None:
-    """Run rerere on PATHS as on new conflicts.
-
-    rerere does not replay a recorded resolution for a conflict its MERGE_RR already lists
-    (it records a new preimage instead), so their entries go first; the entries of paths
-    already resolved stay, so their resolutions are still recorded at commit.
-    """
-    merge_rr = git_dir(tree) / "MERGE_RR"
-    if merge_rr.is_file():
-        entries = merge_rr.read_bytes().split(b"\0")
-        kept = [e for e in entries if e and e.split(b"\t", 1)[-1].decode(errors="replace")
-                not in paths]
-        merge_rr.write_bytes(b"".join(e + b"\0" for e in kept))
-    git.run(["rerere"], tree, check=False)
-
-
-def _has_markers(tree: Path, path: str) -> bool:
-    file = tree / path
-    return not file.is_file() or bool(_MARKER.search(file.read_bytes()))
-
-
-def _mend_cut_rerere_writes(tree: Path, patch: PatchState, conflicted: list[str]) -> None:
-    """Finish the resolutions rerere was writing when the process was killed.
-
-    rerere rewrites a conflicted file in place (truncate, then write), so a kill can leave it
-    cut short: no conflict markers, still unmerged. A trial of the same pick shows what rerere
-    writes; a file that is not the start of that is someone's edit, and stays as it is.
-    """
-    unmarked = [path for path in conflicted if not _has_markers(tree, path)]
-    if not unmarked:
-        return
-    _, written = _trial_pick(tree, patch, unmarked)
-    for path in unmarked:
-        whole = written.get(path)
-        if whole is not None and whole.startswith((tree / path).read_bytes()):
-            (tree / path).write_bytes(whole)
-            git.run(["add", "--", path], tree)
-
-
-def _trial_pick(tree: Path, patch: PatchState,
-                paths: list[str]) -> tuple[bool, dict[str, bytes]]:
-    """Pick PATCH again onto HEAD in a scratch work tree (rerere on, as in the port).
-
-    Returns whether rerere alone leaves no conflict, and the content of each of PATHS that
-    the trial leaves without conflict markers.
-    """
-    trial = scratch(tree) / "trial"
-    git.run(["worktree", "add", "--quiet", "--detach", str(trial), "HEAD"], tree)
-    try:
-        git.run(["cherry-pick", "--no-commit", patch.commit_on_a], trial, env=PORT_ENV,
-                check=False)
-        written = {path: (trial / path).read_bytes() for path in paths
-                   if not _has_markers(trial, path)}
-        return not _conflicted_files(trial), written
-    finally:
-        clear_scratch(tree)
-
-
-def _clear_stale_git_locks(tree: Path) -> None:
-    # The port holds its own lock, so no git command of ours runs here now: these are what a
-    # killed git left behind.
-    gd = git_dir(tree)
-    for stale_lock in [*gd.glob("*.lock"), *(gd / "refs").rglob("*.lock")]:
-        if stale_lock.name != LOCK_FILE:
-            stale_lock.unlink()
-
-
-def _require_branch_b(tree: Path, state: PortState) -> None:
-    branch_b = worktree.branch_name(state.framework, state.to_tag)
-    head = git.run(["symbolic-ref", "--quiet", "HEAD"], tree, check=False).stdout.decode().strip()
-    if head != f"refs/heads/{branch_b}":
-        where = head.removeprefix("refs/heads/") or "a detached HEAD"
-        raise UsageError(f"{tree} is on {where}, not {branch_b}; check it out (`git -C "
-                         f"{shlex.quote(str(tree))} checkout {branch_b}`), then "
-                         f"`{command(state, tree, 'continue')}`")
-
-
-def _branch_commits(tree: Path, state: PortState) -> list[tuple[str, str]]:
-    """(commit, Lms-Patch-Id) of each commit on branch B above tag B, oldest first."""
-    branch_b = worktree.branch_name(state.framework, state.to_tag)
-    fmt = f"%H %(trailers:key={series_mod.PATCH_ID_TRAILER},valueonly,separator=%x2C)"
-    lines = git.out(["log", "--reverse", f"--format={fmt}", f"{state.to_commit}..{branch_b}"],
-                    tree).splitlines()
-    return [(line.split(" ", 1)[0], line.partition(" ")[2].strip()) for line in lines]
-
-
-def _check_branch(tree: Path, state: PortState, landing: str | None = None) -> list[str]:
-    """Branch B must hold the done patches in order, then at most the one landing; return it."""
-    landing = landing or state.in_flight
-    commits = _branch_commits(tree, state)
-    on_b = [patch_id for _, patch_id in commits]
-    expected = [p.id for p in state.patches if p.status in DONE]
-    if on_b == expected or (landing and on_b == [*expected, landing]):
-        return on_b
-    quoted = shlex.quote(str(tree))
-    lost = [p.file for p in state.patches if p.status in DONE and p.id not in on_b]
-    if lost:
-        raise UsageError(
-            f"branch {worktree.branch_name(state.framework, state.to_tag)} lost the commits of "
-            f"{', '.join(lost[:3])}{' and more' if len(lost) > 3 else ''} (a reset or rebase?); "
-            f"get them back from `git -C {quoted} reflog` (e.g. `git -C {quoted} reset --hard "
-            f"COMMIT`), or remove the port with `{command(state, tree, 'abort')}`")
-    added = on_b[len(expected):]
-    if state.current and on_b[:len(expected)] == expected and added and not any(added):
-        raise UsageError(
-            f"the commit {commits[-1][0][:12]} made since the stop lacks the trailer "
-            f"`{series_mod.PATCH_ID_TRAILER}: {state.current}`: give it the patch's message "
-            f"(`git -C {quoted} commit --amend --no-edit -C "
-            f"{state.patch(state.current).commit_on_a[:12]}` when it is the only one), then "
-            f"`{command(state, tree, 'continue')}`")
-    extra = [c[:12] for c, patch_id in commits if patch_id not in expected]
-    raise UsageError(
-        f"branch {worktree.branch_name(state.framework, state.to_tag)} holds commits this port "
-        f"did not make or expect ({', '.join(extra[:3])}); remove them (`git -C {quoted} "
-        f"reset --hard {commits[len(expected) - 1][0][:12] if expected else state.to_commit[:12]}`"
-        f"), then `{command(state, tree, 'continue')}`")
-
-
-def _picking(tree: Path) -> str | None:
-    head = git_dir(tree) / "CHERRY_PICK_HEAD"
-    return head.read_text().strip() if head.is_file() else None
-
-
-def _conflicted_files(tree: Path) -> list[str]:
-    return git.out(["diff", "--name-only", "--diff-filter=U"], tree).splitlines()
-
-
-def _rerere_resolved(tree: Path) -> bool:
-    """rerere (autoUpdate) staged a recorded resolution for every conflicted file."""
-    if _picking(tree) is None:
-        return False
-    return not _conflicted_files(tree) and \
-        git.run(["diff", "--cached", "--check"], tree, check=False).returncode == 0
-
-
-def conflict_hunks(tree: Path, path: str) -> list[tuple[int, int]]:
-    """Line ranges of conflict markers in PATH (1-based, inclusive)."""
-    ranges = []
-    start = None
-    text = (tree / path).read_text(errors="replace").splitlines()
-    for number, line in enumerate(text, 1):
-        if line.startswith("<<<<<<< "):
-            start = number
-        elif line.startswith(">>>>>>> ") and start is not None:
-            ranges.append((start, number))
-            start = None
-    return ranges
-
-
-def conflict_message(tree: Path, state: PortState, patch: PatchState) -> str:
-    files = []
-    for path in _conflicted_files(tree):
-        hunks = conflict_hunks(tree, path) if (tree / path).is_file() else []
-        where = ", ".join(f"lines {a}-{b}" for a, b in hunks) or (
-            "no conflict markers left: `git add` it once it is resolved"
-            if (tree / path).is_file() else "whole file")
-        files.append(f"{path} ({where})")
-    culprit = find_culprit(tree, state, patch)
-    return (f"port stopped at {patch.file}: conflicts in {'; '.join(files)}; {culprit}; "
-            f"resolve in {tree}, then `{command(state, tree, 'continue')}` (or leave the patch "
-            f"out with `{command(state, tree, 'skip')}`)")
-
-
-def find_culprit(tree: Path, state: PortState, patch: PatchState) -> str:
-    """The first upstream commit between A and B on which the patch stops applying."""
-    if not state.shared_history:
-        return "no upstream history between the two trees (archives), so no culprit commit"
-    commits = git.out(["rev-list", "--reverse", "--first-parent",
-                       f"{state.from_commit}..{state.to_commit}"], tree).splitlines()
-    # What the series up to and including this patch does to the conflicting patch's files: it
-    # applies on A by construction; find the first upstream commit where it stops applying.
-    paths = git.out(["show", "--format=", "--name-only", patch.commit_on_a], tree).splitlines()
-    diff = git.run(["diff", "--binary", state.from_commit, patch.commit_on_a, "--", *paths],
-                   tree).stdout
-    index = {"GIT_INDEX_FILE": str(scratch(tree) / "index-culprit")}
-
-    def applies(commit: str) -> bool:
-        git.run(["read-tree", commit], tree, env=index)
-        return git.run(["apply", "--check", "--cached"], tree, env=index, input=diff,
-                       check=False).returncode == 0
-
-    try:
-        if not commits or applies(commits[-1]):
-            return ("no single upstream commit breaks it (the conflict comes from earlier LMS "
-                    "patches)")
-        low, high = 0, len(commits) - 1
-        while low < high:
-            mid = (low + high) // 2
-            if applies(commits[mid]):
-                low = mid + 1
-            else:
-                high = mid
-    finally:
-        clear_scratch(tree)
-    culprit = commits[low]
-    subject = git.out(["log", "-1", "--format=%s", culprit], tree)
-    return f"first breaking upstream commit {culprit[:12]} ({subject})"
+    stop(tree, state, patch)
 
 
 # --- user actions --------------------------------------------------------------------------------
@@ -540,7 +252,7 @@ def interrupted_patch(tree: Path, state: PortState) -> PatchState | None:
     """The patch the port is stopped at, or whose cherry-pick a killed process left behind."""
     if state.current:
         return state.patch(state.current)
-    if state.in_flight and _picking(tree) == state.patch(state.in_flight).commit_on_a:
+    if state.in_flight and cherry_pick_head(tree) == state.patch(state.in_flight).commit_on_a:
         return state.patch(state.in_flight)
     return None
 
@@ -549,17 +261,17 @@ def continue_(tree: Path, state: PortState) -> None:
     """Accept the resolution of the patch the port stopped at: its commit must be on branch B."""
     if state.current is None or state.phase != "replay":
         return
-    _clear_stale_git_locks(tree)
-    _require_branch_b(tree, state)
+    clear_stale_git_locks(tree)
+    require_branch_b(tree, state)
     patch = state.patch(state.current)
-    picking = _picking(tree)
+    picking = cherry_pick_head(tree)
     if picking == patch.commit_on_a:
         _commit_resolution(tree, state, patch)
     elif picking is not None or git.in_progress_operation(tree):
         what = f"a cherry-pick of {picking[:12]}" if picking else git.in_progress_operation(tree)
         raise UsageError(f"{tree} has {what} in progress, not the one of {patch.file}; finish "
                          f"or abort it, then `{command(state, tree, 'continue')}`")
-    on_b = _check_branch(tree, state, landing=patch.id)
+    on_b = check_branch(tree, state, landing=patch.id)
     if patch.id not in on_b:
         quoted = shlex.quote(str(tree))
         raise UsageError(
@@ -569,14 +281,14 @@ def continue_(tree: Path, state: PortState) -> None:
             f"resolve, then `{command(state, tree, 'continue')}`; or leave it out with "
             f"`{command(state, tree, 'skip')}`")
     state.current = state.stop_head = None
-    _landed(tree, state, patch, "resolved")
+    landed(tree, state, patch, "resolved")
 
 
 def _commit_resolution(tree: Path, state: PortState, patch: PatchState) -> None:
     """Check the resolution without touching the conflict state; commit it if it is sound."""
     changed = git.out(["diff", "--name-only", "HEAD"], tree).splitlines()
     marked = [path for path in changed
-              if (tree / path).is_file() and _MARKER.search((tree / path).read_bytes())]
+              if (tree / path).is_file() and MARKER.search((tree / path).read_bytes())]
     quoted = shlex.quote(str(tree))
     if marked:
         raise UsageError(
@@ -613,14 +325,14 @@ def skip(tree: Path, state: PortState, reason: str) -> None:
     if patch is None:
         raise UsageError(f"nothing to skip: the port is not stopped at a patch "
                          f"(`{command(state, tree, 'status')}` shows where it is)")
-    _clear_stale_git_locks(tree)
-    _require_branch_b(tree, state)
-    if patch.id in [patch_id for _, patch_id in _branch_commits(tree, state)]:
+    clear_stale_git_locks(tree)
+    require_branch_b(tree, state)
+    if patch.id in [patch_id for _, patch_id in branch_commits(tree, state)]:
         raise UsageError(f"{patch.file} is committed on branch "
                          f"{worktree.branch_name(state.framework, state.to_tag)} already; keep "
                          f"it with `{command(state, tree, 'continue')}`, or remove that commit "
                          "first")
-    if _picking(tree) is not None:
+    if cherry_pick_head(tree) is not None:
         git.run(["cherry-pick", "--abort"], tree, check=False)
     if git.is_dirty(tree):
         git.run(["reset", "--quiet", "--hard", "HEAD"], tree)
@@ -633,119 +345,9 @@ def skip(tree: Path, state: PortState, reason: str) -> None:
 def abort(tree: Path, state: PortState) -> None:
     """Remove everything the port made: its work tree and anything it wrote to patches/."""
     if state.finish is not None:
-        _undo_finish(state)
+        undo_finish(state)
     if state.created_folder:
         shutil.rmtree(tree)
     else:
         for child in tree.iterdir():
             _remove(child)
-
-
-# --- finish --------------------------------------------------------------------------------------
-
-
-def finish(tree: Path, state: PortState) -> Path:
-    """Export the series into the patches folder: restartable, and undone by --abort."""
-    folder = state.series_folder
-    journal = state.finish
-    if journal is not None and journal.series_hash and \
-            holds_series(folder, journal.series_hash):
-        _finalize(tree, state)  # killed after the series was in place
-        return folder
-    if journal is None:
-        if (folder / series_mod.MANIFEST).is_file() or \
-                (folder.is_dir() and any(folder.iterdir())):
-            raise UsageError(f"{folder} holds files already; move them away (or remove them), "
-                             f"then `{command(state, tree, 'continue')}`")
-        # Named after the work tree: two ports to the same tag never share a staging folder.
-        owner = hashlib.sha256(str(tree).encode()).hexdigest()[:12]
-        journal = FinishJournal(staging=str(folder.parent / f".{state.to_tag}.port-{owner}"),
-                                folder_existed=folder.is_dir(),
-                                rr_cache_existed=state.shared_rr_cache.is_dir())
-        state.finish = journal
-        state.save(tree)
-    staging = Path(journal.staging)
-    shutil.rmtree(staging, ignore_errors=True)
-    clear_scratch(tree)
-    staging.mkdir(parents=True)
-    branch_b = worktree.branch_name(state.framework, state.to_tag)
-    entries = export.format_patches(tree, state.to_commit, branch_b, staging,
-                                    tmp_root=scratch(tree))
-    export.round_trip(tree, state.to_commit, branch_b, [staging / e.file for e in entries],
-                      tmp_root=scratch(tree))
-    identity_b = state.identity_b
-    new = series_mod.Series(
-        folder=staging, framework=state.framework, tag=state.to_tag, base=state.to_commit,
-        upstream={k: identity_b[k] for k in ("kind", "archive", "sha256", "upstream_commit",
-                                             "commit", "tree") if identity_b.get(k)},
-        ported_from={"tag": state.from_tag, "series_hash": state.from_series_hash,
-                     "base": state.from_series_base},
-        patches=entries,
-        skipped=[{"id": p.id, "reason": p.note} for p in state.patches
-                 if p.status == "skipped"] +
-                [{"id": p.id, "reason": f"dropped: {p.note}"} for p in state.patches
-                 if p.status == "dropped"])
-    series_mod.write_manifest(new)
-    recorded = _save_resolutions(tree, state, journal)
-    port_report.write_report(staging / "PORT-REPORT.md", state, tree,
-                             {e.id: e.file for e in entries}, recorded)
-    journal.series_hash = new.content_hash()
-    state.save(tree)
-    staging.rename(folder)  # atomic; replaces the folder when it existed empty
-    _finalize(tree, state)
-    return folder
-
-
-def holds_series(folder: Path, series_hash: str) -> bool:
-    try:
-        return series_mod.load(folder, check_patch_ids=False).content_hash() == series_hash
-    except UsageError:
-        return False
-
-
-def _save_resolutions(tree: Path, state: PortState, journal: FinishJournal) -> int:
-    """Copy resolutions recorded in this port into the shared cache; return how many it made.
-
-    The journal lists what is about to be added before the copy starts, so --abort can take
-    it out again and a resumed finish copies it again (each file lands whole, by rename).
-    """
-    local = git_dir(tree) / "rr-cache"
-    shared = state.shared_rr_cache
-    recorded = sorted(e.name for e in local.iterdir() if (e / "postimage").is_file()
-                      and e.name not in state.seeded_resolutions) if local.is_dir() else []
-    to_add = [name for name in recorded
-              if name in journal.rr_added or not (shared / name).exists()]
-    journal.rr_added = sorted(set(journal.rr_added) | set(to_add))
-    state.save(tree)
-    for name in to_add:
-        target = shared / name
-        target.mkdir(parents=True, exist_ok=True)
-        for part in ("preimage", "postimage"):
-            tmp = target / f".{part}.tmp"
-            shutil.copyfile(local / name / part, tmp)
-            tmp.replace(target / part)
-    return len(recorded)
-
-
-def _undo_finish(state: PortState) -> None:
-    journal = state.finish
-    assert journal is not None
-    shutil.rmtree(journal.staging, ignore_errors=True)
-    folder = state.series_folder
-    if journal.series_hash and holds_series(folder, journal.series_hash):
-        shutil.rmtree(folder)
-        if journal.folder_existed:
-            folder.mkdir()
-    for name in journal.rr_added:
-        shutil.rmtree(state.shared_rr_cache / name, ignore_errors=True)
-    if not journal.rr_cache_existed and state.shared_rr_cache.is_dir() and \
-            not any(state.shared_rr_cache.iterdir()):
-        state.shared_rr_cache.rmdir()
-
-
-def _finalize(tree: Path, state: PortState) -> None:
-    # The work tree now holds the series for tag B: `export`, `status` and `verify` see B.
-    worktree.write_meta(worktree.WorkTree(tree, state.framework, state.to_tag, state.to_commit,
-                                          state.identity_b))
-    clear_scratch(tree)
-    (git_dir(tree) / STATE_FILE).unlink(missing_ok=True)

@@ -73,8 +73,8 @@ def make_long_upstream(root: Path) -> Path:
 def long_series_patches(count: int) -> list[tuple[str, str, str, dict[str, str]]]:
     """(slug, class, subject, {path: new content}) for COUNT patches, hooks in the middle."""
     patches = []
-    alloc_hooked = ALLOCATOR_V1.replace("int step_20(void) { return 20; }\n",
-                                        "int step_20(void) { return 20; }\nint lms_reclaim(void);\n")
+    step_20 = "int step_20(void) { return 20; }\n"
+    alloc_hooked = ALLOCATOR_V1.replace(step_20, step_20 + "int lms_reclaim(void);\n")
     storage_hooked = STORAGE_V1.replace("  unsigned long size;\n",
                                         "  unsigned long size;\n  void *lms;\n")
     for number in range(1, count + 1):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmsforge import frameworks, port, port_state, series as series_mod, ui, upstream
+from lmsforge import frameworks, port, port_finish, port_state, series as series_mod, ui, upstream
 from lmsforge.errors import UsageError
 from lmsforge.options import Options
 from lmsforge.port_state import PortState, command
+from lmsforge.port_steps import PortStopped
 
 OUTCOMES = ("picked", "rerere", "resolved", "dropped", "skipped", "pending")
 
@@ -18,7 +19,7 @@ def run(opts: Options, framework: str | None, from_tag: str | None, to_tag: str 
         if action == "start":
             return _start(opts, framework, from_tag, to_tag, into, fetch_kwargs)
         return _act(opts, port_state.locate(into, action), action, reason)
-    except port.PortStopped as stop:
+    except PortStopped as stop:
         # Not an error: the port waits for the user (exit 3).
         ui.err.print(f"lmsforge: {stop}", markup=False, highlight=False)
         return stop.exit_code
@@ -126,7 +127,7 @@ def _next_step(tree: Path, state: PortState, stopped: port_state.PatchState | No
                 f"`{command(state, tree, 'abort')}` removes it")
     if state.phase == "finish":
         written = state.finish is not None and state.finish.series_hash and \
-            port.holds_series(state.series_folder, state.finish.series_hash)
+            port_finish.holds_series(state.series_folder, state.finish.series_hash)
         return (f"every patch is in; {'the series is written, ' if written else ''}{go_on} "
                 "finishes the port")
     if stopped is not None and state.current is None:

@@ -65,7 +65,8 @@ def test_continue_refuses_markers_then_finishes(git_series, tmp_path):
     result = port(git_series, into, "--continue")
     assert result.exit_code == 0, result.output
     folder = git_series["patches"] / "toy" / "v2.0.0"
-    assert "| storage-hook | 0030-storage-hook.patch | resolved |" in (folder / "PORT-REPORT.md").read_text()
+    report = (folder / "PORT-REPORT.md").read_text()
+    assert "| storage-hook | 0030-storage-hook.patch | resolved |" in report
     assert cli(git_series, "verify", "-f", "toy", "-t", "v2.0.0", "--source",
                "git").exit_code == 0
     # The resolution is saved in the repository for every later port.
