@@ -14,8 +14,8 @@ from pathlib import Path
 
 from lmsforge import export, port_report, series as series_mod, worktree
 from lmsforge.errors import UsageError
-from lmsforge.port_state import (STATE_FILE, FinishJournal, PortState, clear_scratch, command,
-                                 git_dir, scratch)
+from lmsforge.port_state import (LOCK_FILE, STATE_FILE, FinishJournal, PortState, clear_scratch,
+                                 command, git_dir, scratch)
 
 
 def finish(tree: Path, state: PortState) -> Path:
@@ -122,4 +122,7 @@ def _finalize(tree: Path, state: PortState) -> None:
     worktree.write_meta(worktree.WorkTree(tree, state.framework, state.to_tag, state.to_commit,
                                           state.identity_b))
     clear_scratch(tree)
+    # The lock file goes before the state (still held: no other port waits on it), so a kill
+    # in between leaves a state that a resume finishes, never a stray lock file.
+    (git_dir(tree) / LOCK_FILE).unlink(missing_ok=True)
     (git_dir(tree) / STATE_FILE).unlink(missing_ok=True)

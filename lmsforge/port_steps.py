@@ -105,13 +105,16 @@ def check_branch(tree: Path, state: PortState, landing: str | None = None) -> li
     if on_b == expected or (landing and on_b == [*expected, landing]):
         return on_b
     quoted = shlex.quote(str(tree))
+    branch_b = worktree.branch_name(state.framework, state.to_tag)
+    good = _last_good_commit(tree, state, expected)
+    put_back = (f"`git -C {quoted} reset --hard {good[:12]}`" if good else
+                f"`git -C {quoted} reflog {branch_b}` shows where it was")
     lost = [p.file for p in state.patches if p.status in DONE and p.id not in on_b]
     if lost:
         raise UsageError(
-            f"branch {worktree.branch_name(state.framework, state.to_tag)} lost the commits of "
-            f"{', '.join(lost[:3])}{' and more' if len(lost) > 3 else ''} (a reset or rebase?); "
-            f"get them back from `git -C {quoted} reflog` (e.g. `git -C {quoted} reset --hard "
-            f"COMMIT`), or remove the port with `{command(state, tree, 'abort')}`")
+            f"branch {branch_b} lost the commits of {', '.join(lost[:3])}"
+            f"{' and more' if len(lost) > 3 else ''} (a reset or rebase?); put it back "
+            f"({put_back}), or remove the port with `{command(state, tree, 'abort')}`")
     added = on_b[len(expected):]
     if state.current and on_b[:len(expected)] == expected and added and not any(added):
         raise UsageError(
@@ -120,12 +123,23 @@ def check_branch(tree: Path, state: PortState, landing: str | None = None) -> li
             f"(`git -C {quoted} commit --amend --no-edit -C "
             f"{state.patch(state.current).commit_on_a[:12]}` when it is the only one), then "
             f"`{command(state, tree, 'continue')}`")
-    extra = [c[:12] for c, patch_id in commits if patch_id not in expected]
     raise UsageError(
-        f"branch {worktree.branch_name(state.framework, state.to_tag)} holds commits this port "
-        f"did not make or expect ({', '.join(extra[:3])}); remove them (`git -C {quoted} "
-        f"reset --hard {commits[len(expected) - 1][0][:12] if expected else state.to_commit[:12]}`"
-        f"), then `{command(state, tree, 'continue')}`")
+        f"branch {branch_b} holds commits this port did not make, or its patches in another "
+        f"order; put it back ({put_back}), then `{command(state, tree, 'continue')}`")
+
+
+def _last_good_commit(tree: Path, state: PortState, expected: list[str]) -> str | None:
+    """The newest commit in branch B's reflog that carries the last patch marked done."""
+    if not expected:
+        return state.to_commit
+    branch_b = worktree.branch_name(state.framework, state.to_tag)
+    fmt = f"%H %(trailers:key={series_mod.PATCH_ID_TRAILER},valueonly,separator=%x2C)"
+    log = git.run(["log", "--walk-reflogs", f"--format={fmt}", branch_b], tree, check=False)
+    for line in log.stdout.decode(errors="replace").splitlines():
+        commit, _, patch_id = line.partition(" ")
+        if patch_id.strip() == expected[-1]:
+            return commit
+    return None
 
 
 def conflict_hunks(tree: Path, path: str) -> list[tuple[int, int]]:

@@ -90,8 +90,16 @@ def test_f1_an_earlier_patch_reset_away_is_refused(git_series, tmp_path):
     git(into, "reset", "-q", "--hard", "HEAD~1")
     refused = port(git_series, into, "--continue")
     assert refused.exit_code == 2
-    assert "lost the commits of 0020-allocator-hook.patch" in one_line_error(refused)
+    line = one_line_error(refused)
+    assert "lost the commits of 0020-allocator-hook.patch" in line
     assert not (git_series["patches"] / "toy" / "v2.0.0").exists()
+    put_back = re.search(r"`(git -C \S+ reset --hard [0-9a-f]{12})`", line)
+    assert put_back, line
+    subprocess.run(shlex.split(put_back.group(1)), check=True, capture_output=True)
+    # Back to the state of F1: the stopped patch's pick was aborted, nothing else is lost.
+    again = port(git_series, into, "--continue")
+    assert again.exit_code == 2
+    assert "0030-storage-hook.patch is no longer in progress" in one_line_error(again)
 
 
 def test_f1_a_hand_commit_counts_once_it_carries_the_patch_trailer(git_series, tmp_path):

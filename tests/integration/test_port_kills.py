@@ -135,6 +135,11 @@ def test_random_kills_resume_to_the_uninterrupted_result(tmp_path):
             if code is not None:
                 assert code == 0, f"seed {seed}, run {runs} after {kills}: {err}"
                 break
+            if (patches / "toy" / "v2.0.0" / "series.yaml").is_file() and \
+                    not (into / ".git" / "lmsforge-port.json").exists():
+                kills.append(f"run {runs}: kill at {delay:.2f} s of `{action}`, after it "
+                             "finished")
+                break  # killed on its way out: the port is complete
             where = _where(into)
             kills.append(f"run {runs}: {'group' if whole_group else 'python'} kill at "
                          f"{delay:.2f} s of `{action}`, {where}")
