@@ -205,7 +205,8 @@ def status(ctx: click.Context, tree_path: Path | None, as_json: bool) -> None:
 @click.option("--from", "from_tag", metavar="TAG", help="Tag whose series is ported.")
 @click.option("--to", "to_tag", metavar="TAG", help="Tag to port the series to.")
 @click.option("--into", type=click.Path(file_okay=True, path_type=Path),
-              help="The port's work tree [default: ./lms-port-<framework>-<to>].")
+              help="The port's work tree [default: ./lms-port-<framework>-<to> for a new "
+                   "port; the work tree you are in for --continue, --skip, --status].")
 @click.option("--continue", "continue_", is_flag=True,
               help="Go on after resolving a conflict (refused while conflict markers remain).")
 @click.option("--skip", is_flag=True, help="Leave out the patch the port stopped at.")

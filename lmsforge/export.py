@@ -59,10 +59,14 @@ def series_commits(repo: Path, base: str, branch: str) -> list[CommitInfo]:
     return commits
 
 
-def format_patches(repo: Path, base: str, branch: str, dest: Path) -> list[PatchEntry]:
-    """Write the branch's patches into DEST (an empty folder); return their manifest entries."""
+def format_patches(repo: Path, base: str, branch: str, dest: Path,
+                   tmp_root: Path | None = None) -> list[PatchEntry]:
+    """Write the branch's patches into DEST (an empty folder); return their manifest entries.
+
+    TMP_ROOT holds the temporary files (default: $TMPDIR).
+    """
     commits = series_commits(repo, base, branch)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=tmp_root) as tmp:
         git.run(["format-patch", "--quiet", "--zero-commit", "--no-signature", "-N",
                  "--full-index", "--no-cover-letter", f"--base={base}", "-o", tmp,
                  f"{base}..{branch}"], repo)
@@ -79,12 +83,16 @@ def format_patches(repo: Path, base: str, branch: str, dest: Path) -> list[Patch
     return entries
 
 
-def round_trip(repo: Path, base: str, branch: str, patch_files: list[Path]) -> None:
-    """`git am` of PATCH_FILES onto BASE must give exactly the branch's tree."""
+def round_trip(repo: Path, base: str, branch: str, patch_files: list[Path],
+               tmp_root: Path | None = None) -> None:
+    """`git am` of PATCH_FILES onto BASE must give exactly the branch's tree.
+
+    TMP_ROOT holds the temporary check-out (default: $TMPDIR).
+    """
     from lmsforge import worktree
 
     expected = git.tree_of(repo, branch)
-    with tempfile.TemporaryDirectory(prefix="lmsforge-roundtrip-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="lmsforge-roundtrip-", dir=tmp_root) as tmp:
         check_tree = Path(tmp) / "tree"
         git.run(["worktree", "add", "--quiet", "--detach", str(check_tree), base], repo)
         try:

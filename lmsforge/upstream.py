@@ -274,6 +274,8 @@ def _fetch_git(sources: FrameworkSources, tag: str, spec: TagSource, cache: Cach
     if proc.returncode != 0:
         reason = git.GitError(["fetch"], proc.returncode, "", proc.stderr.decode()).stderr
         first = next((ln for ln in reason.splitlines() if ln.strip()), "no output")
+        if "couldn't find remote ref" in reason:
+            raise UsageError(f"{url} has no tag {tag}; check the tag's name")
         raise UsageError(
             f"cannot fetch tag {tag} from {url} ({first.strip()}); on a site without access, "
             "pass --mirror PATH_OR_URL to a local mirror")

@@ -50,7 +50,7 @@ def read_meta(path: Path) -> WorkTree | None:
     return WorkTree(path, data["framework"], data["tag"], data["base"], data["identity"])
 
 
-def _write_meta(tree: WorkTree) -> None:
+def write_meta(tree: WorkTree) -> None:
     meta = Path(git.out(["rev-parse", "--absolute-git-dir"], tree.path)) / META_FILE
     meta.write_text(json.dumps({"framework": tree.framework, "tag": tree.tag, "base": tree.base,
                                 "identity": tree.identity}, indent=2, sort_keys=True) + "\n")
@@ -78,6 +78,15 @@ def check_target(path: Path, framework: str, tag: str) -> bool:
     return True
 
 
+def init_repo(path: Path) -> None:
+    """`git init` PATH (again, harmlessly, if it is one) for byte-exact checkouts."""
+    git.run(["init", "--quiet", str(path)])
+    # Check files out byte for byte, whatever the tree's .gitattributes say.
+    attributes = Path(git.out(["rev-parse", "--absolute-git-dir"], path)) / "info"
+    attributes.mkdir(exist_ok=True)
+    (attributes / "attributes").write_text("* -text -eol -filter -ident\n")
+
+
 def create(path: Path, identity: TreeIdentity, patches: list[Path]) -> WorkTree:
     """Make PATH a work tree at the tag with PATCHES applied; on failure leave PATH as it was."""
     existing = check_target(path, identity.framework, identity.tag)
@@ -88,11 +97,7 @@ def create(path: Path, identity: TreeIdentity, patches: list[Path]) -> WorkTree:
     try:
         if not existing:
             path.mkdir(parents=True, exist_ok=True)
-            git.run(["init", "--quiet", str(path)])
-            # Check files out byte for byte, whatever the tree's .gitattributes say.
-            attributes = Path(git.out(["rev-parse", "--absolute-git-dir"], path)) / "info"
-            attributes.mkdir(exist_ok=True)
-            (attributes / "attributes").write_text("* -text -eol -filter -ident\n")
+            init_repo(path)
         else:
             previous_head = git.current_branch(path) or git.rev_parse(path, "HEAD")
         tag_ref = f"refs/tags/{identity.tag}"
@@ -106,7 +111,7 @@ def create(path: Path, identity: TreeIdentity, patches: list[Path]) -> WorkTree:
         git.run(["checkout", "--quiet", "-b", branch, identity.commit], path)
         tree = WorkTree(path, identity.framework, identity.tag, identity.commit,
                         identity.to_json())
-        _write_meta(tree)
+        write_meta(tree)
         am(path, patches)
         return tree
     except BaseException:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from lmsforge import export, git, series as series_mod, ui, worktree
+from lmsforge import export, git, port_state, series as series_mod, ui, worktree
 from lmsforge.errors import UsageError
 from lmsforge.options import Options
 from lmsforge.verify import runner
@@ -39,6 +39,7 @@ def collect(opts: Options, tree_path: Path) -> dict[str, object]:
         "series": str(folder),
         "series_state": state,
         "last_verify": ({r["level"]: r["status"] for r in report["results"]} if report else None),
+        "port_in_progress": port_state.summary(tree_path),
     }
 
 
@@ -76,6 +77,8 @@ def run(opts: Options, tree_path: Path | None, as_json: bool) -> int:
                  + (f", {data['operation_in_progress']} in progress"
                     if data["operation_in_progress"] else ""))
     ui.out.print(f"  series    {data['series_state']}")
+    if data["port_in_progress"]:
+        ui.out.print(f"  port      {data['port_in_progress']}")
     last = data["last_verify"]
     ui.out.print("  verify    " + (", ".join(f"{k}: {v}" for k, v in last.items())  # type: ignore
                                    if last else "never run"))
