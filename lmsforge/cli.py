@@ -12,7 +12,7 @@ import click
 from lmsforge import __version__, ui
 from lmsforge.errors import EXIT_USAGE, LmsforgeError
 from lmsforge.options import Options
-from lmsforge.verify.levels import LEVELS
+from lmsforge.verify.levels import DEFAULT_SIM_SEEDS, LEVELS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -146,15 +146,18 @@ def apply(ctx: click.Context, framework: str, tag: str, into: Path | None, new: 
               help="Run this level and every level below it.")
 @click.option("--require", is_flag=True,
               help="Exit non-zero when the requested level could not run (e.g. no GPU).")
+@click.option("--sim-seeds", type=click.IntRange(1, 1000), default=DEFAULT_SIM_SEEDS,
+              envvar="LMSFORGE_SIM_SEEDS", show_default=True,
+              help="core-sim: run the CUDA tests under seeds 1..N of the simulator.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON report to this file.")
 @source_options
 @json_opt
 @click.pass_context
 def verify(ctx: click.Context, framework: str | None, tag: str | None, level: str,
-           require: bool, report_path: Path | None, source: str, archive: Path | None,
-           mirror: str | None, as_json: bool) -> None:
-    """Run verification levels (apply, compile, core-cpu, core-gpu, full) on series.
+           require: bool, sim_seeds: int, report_path: Path | None, source: str,
+           archive: Path | None, mirror: str | None, as_json: bool) -> None:
+    """Run verification levels (apply, compile, core-cpu, core-sim, core-gpu, full) on series.
 
     Example: lmsforge verify --framework pytorch --tag v2.6.0 --level core-cpu
     """
@@ -162,7 +165,7 @@ def verify(ctx: click.Context, framework: str | None, tag: str | None, level: st
 
     fetch_kwargs = {"prefer": source, "archive_file": archive, "mirror": mirror}
     _invoke(ctx, lambda opts: command.run(opts, framework, tag, level, require, as_json,
-                                          report_path, fetch_kwargs))
+                                          report_path, fetch_kwargs, sim_seeds))
 
 
 @main.command()

@@ -12,7 +12,8 @@ from lmsforge import frameworks, series as series_mod, upstream
 from lmsforge.errors import LmsforgeError
 from lmsforge.options import Options
 from lmsforge.verify import apply_level
-from lmsforge.verify.levels import FAIL, LEVELS, SKIPPED, LevelContext, LevelResult
+from lmsforge.verify.levels import (DEFAULT_SIM_SEEDS, FAIL, LEVELS, SKIPPED, LevelContext,
+                                    LevelResult)
 
 
 @dataclass
@@ -38,7 +39,8 @@ def levels_up_to(level: str) -> list[str]:
 
 
 def verify_series(opts: Options, framework: str, tag: str, level: str,
-                  say: Callable[[str], None], fetch_kwargs: dict[str, object]) -> SeriesReport:
+                  say: Callable[[str], None], fetch_kwargs: dict[str, object],
+                  sim_seeds: int = DEFAULT_SIM_SEEDS) -> SeriesReport:
     sources = frameworks.sources_for(opts.patches_dir, framework)
     folder = frameworks.series_folder(opts.patches_dir, sources, tag)
     series = series_mod.load(folder)
@@ -62,7 +64,8 @@ def verify_series(opts: Options, framework: str, tag: str, level: str,
             else:
                 say(f"{framework} {tag}: level {name}")
                 ctx = LevelContext(framework, tag, tree_path, identity.commit,
-                                   opts.cache.build_dir(framework, tag, "verify"), opts.jobs, say)
+                                   opts.cache.build_dir(framework, tag, "verify"), opts.jobs, say,
+                                   sim_seeds)
                 started = time.monotonic()
                 try:
                     result = runner(name, ctx)
