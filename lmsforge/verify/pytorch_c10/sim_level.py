@@ -33,6 +33,7 @@ class SeedRun(NamedTuple):
     report: gtest.GtestReport | None  # None when the program crashed or hung
     problem: str  # one line; empty when every test passed and none was skipped
     seconds: float
+    log: Path
 
     def to_json(self) -> dict[str, object]:
         counts = {} if self.report is None else {
@@ -40,7 +41,7 @@ class SeedRun(NamedTuple):
             "skipped": self.report.skipped, "failures": list(self.report.failures),
             "skips": list(self.report.skips)}
         return {"seed": self.seed, "ok": not self.problem, "problem": self.problem,
-                "seconds": round(self.seconds, 1), **counts}
+                "seconds": round(self.seconds, 1), "log": str(self.log), **counts}
 
 
 class BenchRun(NamedTuple):
@@ -72,7 +73,7 @@ def run_seed(binary: Path, seed: int, work_dir: Path) -> SeedRun:
                               timeout=SEED_TIMEOUT_S, env=env_for(seed))
     except CheckFailed as error:  # a crash or a hang
         return SeedRun(seed, None, f"{error}; replay: {replay_command(binary, seed)}",
-                       time.monotonic() - started)
+                       time.monotonic() - started, log)
     report = run.report
     problem = ""
     if report.failed:
@@ -85,7 +86,7 @@ def run_seed(binary: Path, seed: int, work_dir: Path) -> SeedRun:
         problem = "no test passed"
     if problem:
         problem += f"; replay: {replay_command(binary, seed, report.failures)}"
-    return SeedRun(seed, report, problem, timer.seconds)
+    return SeedRun(seed, report, problem, time.monotonic() - started, log)
 
 
 def run_benchmark(binary: Path, name: str, seed: int, work_dir: Path) -> BenchRun:
@@ -129,7 +130,8 @@ def run(ctx: LevelContext, build_dir: Path,
     if not sources:
         return LevelResult(LEVEL, FAIL, detail=f"no LMS CUDA test sources ({suite.sources}) in "
                                                "the tree; a level never passes without tests")
-    benchmarks = BENCHMARKS if build.have_benchmarks() else ()
+    no_benchmarks = build.benchmarks_unavailable(ctx.tree)
+    benchmarks = () if no_benchmarks else BENCHMARKS
     targets = [*build.SIM_LIBRARIES, suite.target, *(program for program, _ in benchmarks)]
     ctx.say(f"{LEVEL}: building {', '.join(targets[1:])} against the simulated CUDA runtime")
     built = build_targets(targets)
@@ -140,15 +142,16 @@ def run(ctx: LevelContext, build_dir: Path,
         ctx.say(f"{LEVEL}: {suite.target}, seed {seed} of {len(seeds)}")
         runs.append(run_seed(binary, seed, ctx.work_dir))
     bench_runs = []
-    for program, name in benchmarks:
+    # The benchmarks check data the tests already found wrong: not worth their time then.
+    for program, name in benchmarks if not any(run.problem for run in runs) else ():
         ctx.say(f"{LEVEL}: {program} --short")
         bench_runs.append(run_benchmark(build_dir / "bench" / program, name, seeds[0],
                                         ctx.work_dir))
-    return judge(runs, bench_runs, built, log=str(built.log))
+    return judge(runs, bench_runs, built, log=str(built.log), no_benchmarks=no_benchmarks)
 
 
 def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.BuildResult,
-          log: str) -> LevelResult:
+          log: str, no_benchmarks: str = "") -> LevelResult:
     """PASS only when every seed ran every test and passed, and every benchmark checked its
     data; a failure names the first failing seed and how to replay it."""
     facts: dict[str, object] = {
@@ -170,7 +173,10 @@ def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.
                            detail=f"benchmark {bench_failed[0].name}: {bench_failed[0].problem}")
     passed = runs[0].report.passed if runs[0].report else 0
     detail = f"{passed} CUDA tests passed under each of {len(runs)} seeds"
-    detail += ("; both benchmarks' data checks passed" if bench_runs
-               else "; benchmarks not built (no bench/ beside lmsforge)")
+    if bench_runs:
+        detail += "; both benchmarks' data checks passed"
+    else:
+        detail += f"; benchmarks not built: {no_benchmarks}"
+        facts["benchmarks_not_built"] = no_benchmarks
     detail += " (simulated CUDA runtime, not a GPU result)"
     return LevelResult(LEVEL, PASS, detail=detail, facts=facts, log=log)
