@@ -170,8 +170,12 @@ const std::string& Args::get(const std::string& name) const {
   return options_.at(name).value;
 }
 
-bool Args::has_flag(const std::string& name) const {
+bool Args::given(const std::string& name) const {
   return options_.at(name).set;
+}
+
+std::string Args::get_or_short(const std::string& name, const std::string& short_value) const {
+  return given("short") && !given(name) ? short_value : get(name);
 }
 
 std::string Args::usage() const {

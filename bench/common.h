@@ -21,6 +21,14 @@ constexpr int kExitFailed = 1;  // a data check failed, or CUDA or c10 reported 
 constexpr int kExitUsage = 2;
 constexpr int kExitNoCuda = 4;  // no usable CUDA device: nothing was measured
 
+// Built against lmsforge's simulated CUDA runtime (bench/CMakeLists.txt): the
+// results say so, and are never a GPU measurement.
+#ifdef LMS_BENCH_SIMULATED
+constexpr bool kSimulatedRuntime = true;
+#else
+constexpr bool kSimulatedRuntime = false;
+#endif
+
 constexpr size_t kKiB = 1024;
 constexpr size_t kMiB = 1024 * kKiB;
 constexpr size_t kGiB = 1024 * kMiB;
@@ -66,7 +74,11 @@ class Args {
   // Returns false when --help was given (the usage has been printed).
   bool parse(int argc, char** argv);
   const std::string& get(const std::string& name) const;
-  bool has_flag(const std::string& name) const;
+  // Whether the command line set `name` (a flag or an option).
+  bool given(const std::string& name) const;
+  // The option's value, or `short_value` when --short was given and the
+  // option was not.
+  std::string get_or_short(const std::string& name, const std::string& short_value) const;
   std::string usage() const;
 
  private:

@@ -15,6 +15,7 @@
 
 #include "common.h"
 #include "kernels.h"
+#include "primary_context.h"
 
 #include <c10/core/LargeModelSupport.h>
 #include <c10/core/StorageImpl.h>
@@ -70,6 +71,9 @@ Settings parse(int argc, char** argv, bool* help) {
   args.option("target-bytes", "256M", "bytes moved per repeat and direction, at most");
   args.option("max-count", "256", "storages per repeat, at most");
   args.option("device", "0", "CUDA device index");
+  args.flag("short", "a smoke run (sizes 4K,64K,1M,4M, 2 repeats, 1 warm-up, 16 storages of at "
+                     "most 8M per repeat) that the simulated CUDA runtime runs in seconds; "
+                     "options given explicitly still apply");
   *help = !args.parse(argc, argv);
   Settings s;
   if (*help) {
@@ -79,17 +83,19 @@ Settings parse(int argc, char** argv, bool* help) {
   if (s.out.empty()) {
     throw UsageError("--out is required");
   }
-  s.sizes = parse_size_list(args.get("sizes"));
+  s.sizes = parse_size_list(args.get_or_short("sizes", "4K,64K,1M,4M"));
   for (size_t size : s.sizes) {
     if (size < 4 * kKiB || size > kGiB || size % sizeof(uint32_t) != 0) {
       throw UsageError("--sizes: " + format_size(size) +
                        " is outside 4 KiB..1 GiB or not a multiple of 4 bytes");
     }
   }
-  s.repeats = static_cast<int>(parse_int(args.get("repeats"), 1, 10000, "repeats"));
-  s.warmup = static_cast<int>(parse_int(args.get("warmup"), 0, 1000, "warmup"));
-  s.target_bytes = parse_size(args.get("target-bytes"));
-  s.max_count = static_cast<size_t>(parse_int(args.get("max-count"), 1, 65536, "max-count"));
+  s.repeats =
+      static_cast<int>(parse_int(args.get_or_short("repeats", "2"), 1, 10000, "repeats"));
+  s.warmup = static_cast<int>(parse_int(args.get_or_short("warmup", "1"), 0, 1000, "warmup"));
+  s.target_bytes = parse_size(args.get_or_short("target-bytes", "8M"));
+  s.max_count = static_cast<size_t>(
+      parse_int(args.get_or_short("max-count", "16"), 1, 65536, "max-count"));
   s.device = static_cast<int>(parse_int(args.get("device"), 0, 63, "device"));
   return s;
 }
@@ -232,6 +238,7 @@ int run(int argc, char** argv) {
     return kExitOk;
   }
   require_device(s.device);
+  register_primary_context_query();
   const c10::DeviceIndex device = static_cast<c10::DeviceIndex>(s.device);
   Caching::init(c10::cuda::device_count());
   c10::cuda::set_device(device);
@@ -246,6 +253,7 @@ int run(int argc, char** argv) {
   json.begin_object();
   json.field("benchmark", "copy-engine");
   json.field("schema", 1);
+  json.field("simulated", kSimulatedRuntime);
   write_device_info(json, s.device);
   json.begin_object("settings");
   json.field("repeats", s.repeats);

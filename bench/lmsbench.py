@@ -55,10 +55,17 @@ def size_label(size: int) -> str:
     return str(size)
 
 
+def device_label(data: dict[str, Any]) -> str:
+    """The device's name; results from the simulated CUDA runtime say so (never a GPU result)."""
+    device = data.get("device", {}).get("name", "unknown device")
+    if data.get("simulated"):
+        device += " — SIMULATED: host timings of lmsforge's cuda_sim, not a GPU measurement"
+    return device
+
+
 def report(data: dict[str, Any]) -> str:
     """A plain-text table of a result, the numbers the plots show."""
-    device = data.get("device", {}).get("name", "unknown device")
-    lines = [f"{data['benchmark']} on {device}"]
+    lines = [f"{data['benchmark']} on {device_label(data)}"]
     if data["benchmark"] == "copy-engine":
         goal = data["goal"]
         lines.append(f"{'size':>6} {'count':>5} {'raw d2h':>9} {'lms out':>9} {'raw h2d':>9} "
@@ -97,7 +104,7 @@ def plot(data: dict[str, Any], png: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    device = data.get("device", {}).get("name", "unknown device")
+    device = device_label(data)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 8), sharex=True)
     if data["benchmark"] == "copy-engine":
         rows = data["results"]

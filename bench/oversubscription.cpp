@@ -19,6 +19,7 @@
 
 #include "common.h"
 #include "kernels.h"
+#include "primary_context.h"
 #include "pattern.h"
 
 #include <c10/core/LargeModelSupport.h>
@@ -73,6 +74,9 @@ Settings parse(int argc, char** argv, bool* help) {
   args.option("warmup", "2", "untimed steps per configuration");
   args.option("device", "0", "CUDA device index");
   args.flag("no-oracle", "skip the runs without a limit");
+  args.flag("short", "a smoke run (limit 64M, 32 layers per limit, k = 1,2, 2 rounds, 2 steps, "
+                     "1 warm-up) that the simulated CUDA runtime runs in seconds; options given "
+                     "explicitly still apply");
   *help = !args.parse(argc, argv);
   Settings s;
   if (*help) {
@@ -82,18 +86,18 @@ Settings parse(int argc, char** argv, bool* help) {
   if (s.out.empty()) {
     throw UsageError("--out is required");
   }
-  s.limit = parse_size(args.get("limit"));
+  s.limit = parse_size(args.get_or_short("limit", "64M"));
   if (s.limit < 64 * kMiB) {
     throw UsageError("--limit: at least 64M");
   }
-  s.factors = parse_int_list(args.get("factors"), 1, 64, "factors");
-  s.layers_per_limit =
-      static_cast<int>(parse_int(args.get("layers-per-limit"), 2, 1024, "layers-per-limit"));
-  s.rounds = static_cast<int>(parse_int(args.get("rounds"), 1, 100000, "rounds"));
-  s.steps = static_cast<int>(parse_int(args.get("steps"), 1, 10000, "steps"));
-  s.warmup = static_cast<int>(parse_int(args.get("warmup"), 0, 1000, "warmup"));
+  s.factors = parse_int_list(args.get_or_short("factors", "1,2"), 1, 64, "factors");
+  s.layers_per_limit = static_cast<int>(
+      parse_int(args.get_or_short("layers-per-limit", "32"), 2, 1024, "layers-per-limit"));
+  s.rounds = static_cast<int>(parse_int(args.get_or_short("rounds", "2"), 1, 100000, "rounds"));
+  s.steps = static_cast<int>(parse_int(args.get_or_short("steps", "2"), 1, 10000, "steps"));
+  s.warmup = static_cast<int>(parse_int(args.get_or_short("warmup", "1"), 0, 1000, "warmup"));
   s.device = static_cast<int>(parse_int(args.get("device"), 0, 63, "device"));
-  s.oracle = !args.has_flag("no-oracle");
+  s.oracle = !args.given("no-oracle");
   return s;
 }
 
@@ -284,6 +288,7 @@ int run(int argc, char** argv) {
     return kExitOk;
   }
   require_device(s.device);
+  register_primary_context_query();
   const c10::DeviceIndex device = static_cast<c10::DeviceIndex>(s.device);
   Caching::init(c10::cuda::device_count());
   c10::cuda::set_device(device);
@@ -304,6 +309,7 @@ int run(int argc, char** argv) {
   json.begin_object();
   json.field("benchmark", "oversubscription");
   json.field("schema", 1);
+  json.field("simulated", kSimulatedRuntime);
   write_device_info(json, s.device);
   json.begin_object("settings");
   json.field("limit_bytes", s.limit);

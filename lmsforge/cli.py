@@ -12,9 +12,10 @@ from typing import Any, Callable
 import click
 
 from lmsforge import __version__, ui
+from lmsforge.credentials import redact
 from lmsforge.errors import EXIT_FAILED, EXIT_USAGE, LmsforgeError
 from lmsforge.options import Options
-from lmsforge.verify.levels import LEVELS
+from lmsforge.verify.levels import DEFAULT_SIM_SEEDS, LEVELS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -24,7 +25,7 @@ def _invoke(ctx: click.Context, action: Callable[[Options], int]) -> None:
     try:
         code = action(opts)
     except LmsforgeError as exc:
-        ui.error(str(exc))
+        ui.error(redact(str(exc)))
         code = exc.exit_code
     except KeyboardInterrupt:
         ui.error("interrupted; nothing half-done was kept (run the command again)")
@@ -53,7 +54,7 @@ def _environment_error(exc: OSError, opts: Options) -> int:
 def _internal_error(opts: Options) -> int:
     """One line for the user, the traceback in a log (in a temporary folder if the cache's
     log folder cannot be written)."""
-    text = traceback.format_exc()
+    text = redact(traceback.format_exc())  # a URL in it may carry a token
     for folder in (lambda: opts.cache.log_dir, lambda: Path(tempfile.gettempdir())):
         try:
             log = folder() / "last-error.log"
@@ -63,7 +64,7 @@ def _internal_error(opts: Options) -> int:
         except (OSError, LmsforgeError):
             log = None
     where = f"full traceback in {log}" if log else "the traceback could not be written"
-    ui.error(f"internal error: {sys.exc_info()[1]!r}; {where}")
+    ui.error(redact(f"internal error: {sys.exc_info()[1]!r}; {where}"))
     return EXIT_FAILED
 
 
@@ -177,15 +178,18 @@ def apply(ctx: click.Context, framework: str, tag: str, into: Path | None, new: 
               help="Run this level and every level below it.")
 @click.option("--require", is_flag=True,
               help="Exit non-zero when the requested level could not run (e.g. no GPU).")
+@click.option("--sim-seeds", type=click.IntRange(1, 1000), default=DEFAULT_SIM_SEEDS,
+              envvar="LMSFORGE_SIM_SEEDS", show_default=True,
+              help="core-sim: run the CUDA tests under seeds 1..N of the simulator.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON report to this file.")
 @source_options
 @json_opt
 @click.pass_context
 def verify(ctx: click.Context, framework: str | None, tag: str | None, level: str,
-           require: bool, report_path: Path | None, source: str, archive: Path | None,
-           mirror: str | None, as_json: bool) -> None:
-    """Run verification levels (apply, compile, core-cpu, core-gpu, full) on series.
+           require: bool, sim_seeds: int, report_path: Path | None, source: str,
+           archive: Path | None, mirror: str | None, as_json: bool) -> None:
+    """Run verification levels (apply, compile, core-cpu, core-sim, core-gpu, full) on series.
 
     Example: lmsforge verify --framework pytorch --tag v2.6.0 --level core-cpu
     """
@@ -193,7 +197,7 @@ def verify(ctx: click.Context, framework: str | None, tag: str | None, level: st
 
     fetch_kwargs = {"prefer": source, "archive_file": archive, "mirror": mirror}
     _invoke(ctx, lambda opts: command.run(opts, framework, tag, level, require, as_json,
-                                          report_path, fetch_kwargs))
+                                          report_path, fetch_kwargs, sim_seeds))
 
 
 @main.command()
@@ -232,7 +236,8 @@ def status(ctx: click.Context, tree_path: Path | None, as_json: bool) -> None:
 @click.option("--from", "from_tag", metavar="TAG", help="Tag whose series is ported.")
 @click.option("--to", "to_tag", metavar="TAG", help="Tag to port the series to.")
 @click.option("--into", type=click.Path(file_okay=True, path_type=Path),
-              help="The port's work tree [default: ./lms-port-<framework>-<to>].")
+              help="The port's work tree [default: ./lms-port-<framework>-<to> for a new "
+                   "port; the work tree you are in for --continue, --skip, --status].")
 @click.option("--continue", "continue_", is_flag=True,
               help="Go on after resolving a conflict (refused while conflict markers remain).")
 @click.option("--skip", is_flag=True, help="Leave out the patch the port stopped at.")
@@ -264,6 +269,8 @@ def port(ctx: click.Context, framework: str | None, from_tag: str | None, to_tag
 
 
 platform_choice = click.Choice(["linux-64", "linux-ppc64le"])
+
+
 variant_opt = click.option("--variant", "variant_args", multiple=True, metavar="KEY=VALUE",
                            help="Narrow the variant matrix, e.g. --variant cuda=12.4 "
                                 "--variant python=3.11 (repeatable).")
@@ -303,7 +310,7 @@ def render(ctx: click.Context, framework: str, tag: str, profile: str,
 @click.option("--platform", type=platform_choice, default="linux-64", show_default=True)
 @variant_opt
 @click.option("--channel", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("lms-channel"), show_default=True,
+              default="lms-channel", show_default=True,
               help="Local output channel the packages are added to.")
 @source_options
 @click.pass_context
@@ -325,27 +332,33 @@ def build(ctx: click.Context, framework: str, tag: str, profile: str, platform: 
 @framework_opt
 @tag_opt
 @click.option("--channel", "channels", multiple=True, required=True, metavar="CHANNEL",
-              help="Channel folder or URL to install from (repeatable; credentials come from "
-                   "RATTLER_AUTH_FILE or LMSFORGE_CHANNEL_TOKEN).")
+              help="Channel folder, URL or quetz:// address to install from (repeatable; "
+                   "credentials: RATTLER_AUTH_FILE, or LMSFORGE_CHANNEL_TOKEN for the host in "
+                   "LMSFORGE_CHANNEL_HOST; docs/channel.md).")
 @click.option("--prefix", type=click.Path(file_okay=False, path_type=Path),
               help="Fresh prefix to install into [default: a temporary one].")
 @click.option("--gpu/--cpu", "gpu", default=None,
               help="Force the GPU or the CPU tests [default: GPU tests when a GPU is present].")
+@click.option("--platform", type=platform_choice, default="linux-64", show_default=True,
+              help="Platform of the package to test; linux-ppc64le runs under qemu-user.")
 @click.pass_context
 def test_(ctx: click.Context, framework: str, tag: str, channels: tuple[str, ...],
-          prefix: Path | None, gpu: bool | None) -> None:
+          prefix: Path | None, gpu: bool | None, platform: str) -> None:
     """Install the built package from a channel into a fresh prefix and run its LMS tests.
 
     Example: lmsforge test --framework pytorch --tag v2.6.0 --channel ./ch
     """
     from lmsforge.commands import test as command
 
-    _invoke(ctx, lambda opts: command.run(opts, framework, tag, list(channels), prefix, gpu))
+    _invoke(ctx, lambda opts: command.run(opts, framework, tag, list(channels), prefix, gpu,
+                                          platform))
 
 
 @main.command()
 @click.option("--channel", "target", required=True, metavar="DEST",
-              help="Channel folder, file:// or http(s):// URL.")
+              help="Channel folder, file:// URI, or server: quetz://HOST/CHANNEL, "
+                   "artifactory://HOST/PATH/CHANNEL, https://HOST/PATH/CHANNEL (PUT), "
+                   "https://prefix.dev/CHANNEL, https://anaconda.org/OWNER (docs/channel.md).")
 @click.argument("packages", nargs=-1, required=True,
                 type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.pass_context
@@ -398,7 +411,7 @@ class NonEmpty(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and not value.strip():
-            self.fail("an empty value is not allowed; give a value or leave the option out",
+            self.fail("must not be empty; give a value or leave the option out",
                       param, ctx)
         return self.inner.convert(value, param, ctx)
 

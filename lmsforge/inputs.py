@@ -4,8 +4,9 @@ A level's inputs are checked, and installed where lmsforge installs them (Debian
 root, saying so in one line; wheels unpacked into the cache, never installed), before the level
 starts (``verify/levels.dispatch``), so a missing input is named up front rather than surfacing
 minutes later as a compiler error. `lmsforge doctor` prints the same declarations with what is
-present here. A CI test (``tests/integration/test_declared_inputs_cover_builds.py``) checks that every header a
-level's build reads comes from the tree, the compiler or an input declared for that level.
+present here. A CI test (``tests/integration/test_declared_inputs_cover_builds.py``) checks
+that every header a level's build reads comes from the tree, the compiler or an input declared
+for that level.
 
 To add a level or a framework, add its entry to ``LEVEL_INPUTS``.
 """
@@ -155,6 +156,8 @@ LEVEL_INPUTS: Mapping[str, Mapping[str, LevelInputs]] = {
     "pytorch": {
         "compile": (*_c10_build(), *_pytorch_codegen()),
         "core-cpu": _c10_build(),
+        # The simulated runtime is in lmsforge; its c10_cuda still compiles against CUDA headers.
+        "core-sim": _c10_build(),
         "core-gpu": _c10_build(),
     },
     "tensorflow": {

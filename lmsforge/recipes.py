@@ -43,6 +43,7 @@ PLATFORMS = ("linux-64", "linux-ppc64le")
 PROFILES = {"pytorch": ("core", "full"), "tensorflow": ("full",)}
 # Keys each profile's matrix varies over (the rest of the variant file is passed through).
 MATRIX_KEYS = {"core": ("cuda_version",), "full": ("python", "cuda_version")}
+MATRIX_AXES = ("python", "cuda_version")  # also as ``<profile>_<key>`` in a variant file
 # NVIDIA's last CUDA release for a platform, whatever a variant file says.
 CUDA_CEILING = {"linux-ppc64le": (12, 4)}
 KEY_ALIASES = {"cuda": "cuda_version", "py": "python"}
@@ -89,8 +90,11 @@ class TagVariants:
     lms_build_number: int
     values: Mapping[str, object]  # key -> list, or {platform: list}
 
-    def allowed(self, key: str, platform: str) -> list[str]:
-        raw = self.values.get(key)
+    def allowed(self, key: str, platform: str, profile: str | None = None) -> list[str]:
+        """KEY's values on PLATFORM; a ``<profile>_<key>`` entry, if any, wins for PROFILE."""
+        raw = self.values.get(f"{profile}_{key}") if profile else None
+        if raw is None:
+            raw = self.values.get(key)
         if isinstance(raw, dict):
             raw = raw.get(platform)
         if raw is None:
@@ -105,7 +109,7 @@ class TagVariants:
         """Non-matrix keys (compilers, cudnn, bazel) as rattler-build variant lists."""
         result = {}
         for key, raw in self.values.items():
-            if key in ("python", "cuda_version"):
+            if key.endswith(MATRIX_AXES):
                 continue
             if isinstance(raw, dict):
                 raw = raw.get(platform, [])
@@ -161,7 +165,7 @@ def variant_matrix(variants: TagVariants, profile: str, platform: str,
                              f"{', '.join(keys)}")
     axes = []
     for key in keys:
-        allowed = variants.allowed(key, platform)
+        allowed = variants.allowed(key, platform, profile)
         chosen = list(overrides.get(key, allowed))
         for value in chosen:
             if value not in allowed:
@@ -214,12 +218,14 @@ class RenderResult:
 def render(framework: str, tag: str, profile: str, platform: str, out_dir: Path, *,
            series: SeriesIdentity, source_tree: Path | None = None,
            variants: Mapping[str, Sequence[str]] | None = None,
+           build_facts: Mapping[str, str] | None = None,
            recipes_root: Path = RECIPES_ROOT) -> RenderResult:
     """Render the recipe for (FRAMEWORK, TAG, PROFILE) into OUT_DIR and the matrix for PLATFORM.
 
     SOURCE_TREE is the applied tree the recipe builds from (``render`` alone may leave it out: a
     placeholder path is used). VARIANTS narrows the matrix (``parse_variant_args``); a value the
-    tag does not support on PLATFORM is a ``UsageError``.
+    tag does not support on PLATFORM is a ``UsageError``. BUILD_FACTS (the toolchain, the
+    sysroot) are recorded in the package's metadata beside the series identity.
     """
     if framework not in PROFILES:
         raise UsageError(f"unknown framework {framework}; choose one of: {', '.join(PROFILES)}")
@@ -233,24 +239,26 @@ def render(framework: str, tag: str, profile: str, platform: str, out_dir: Path,
     matrix = variant_matrix(tag_variants, profile, platform, variants or {})
     template_dir = recipes_root / framework / profile
     out_dir.mkdir(parents=True, exist_ok=True)
+    facts = {"platform": platform, **(build_facts or {})}
     _write_recipe(template_dir, out_dir, tag, tag_variants, series, profile,
-                  source_tree or out_dir / "source-tree-placeholder")
+                  source_tree or out_dir / "source-tree-placeholder", facts)
     outputs = tuple(_rattler_outputs(out_dir, tag_variants, combo, platform) for combo in matrix)
     return RenderResult(framework, tag, profile, platform, out_dir, tuple(matrix), outputs,
                         tag_variants)
 
 
 def _write_recipe(template_dir: Path, out_dir: Path, tag: str, tag_variants: TagVariants,
-                  series: SeriesIdentity, profile: str, source_tree: Path) -> None:
+                  series: SeriesIdentity, profile: str, source_tree: Path,
+                  facts: Mapping[str, str]) -> None:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(template_dir)),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              variable_start_string="[[", variable_end_string="]]",
                              block_start_string="[%", block_end_string="%]",
                              comment_start_string="[#", comment_end_string="#]")
-    identity = {**series.to_json(), "profile": profile}
+    identity = {**series.to_json(), "profile": profile, **facts}
     extra = {"framework": series.framework, "tag": series.tag, "profile": profile,
              "series_hash": series.series_hash,
-             **{f"upstream_{k}": v for k, v in series.upstream.items()}}
+             **{f"upstream_{k}": v for k, v in series.upstream.items()}, **facts}
     context = {
         "version": tag.lstrip("v"),
         "lms_build_number": tag_variants.lms_build_number,

@@ -57,7 +57,7 @@ def read_meta(path: Path) -> WorkTree | None:
     return WorkTree(path, data["framework"], data["tag"], data["base"], data["identity"])
 
 
-def _write_meta(tree: WorkTree) -> None:
+def write_meta(tree: WorkTree) -> None:
     meta = Path(git.out(["rev-parse", "--absolute-git-dir"], tree.path)) / META_FILE
     meta.write_text(json.dumps({"framework": tree.framework, "tag": tree.tag, "base": tree.base,
                                 "identity": tree.identity}, indent=2, sort_keys=True) + "\n")
@@ -129,6 +129,15 @@ def check_related(path: Path, identity: TreeIdentity) -> None:
                      "with --into")
 
 
+def init_repo(path: Path) -> None:
+    """`git init` PATH (again, harmlessly, if it is one) for byte-exact checkouts."""
+    git.run(["init", "--quiet", str(path)])
+    # Check files out byte for byte, whatever the tree's .gitattributes say.
+    attributes = Path(git.out(["rev-parse", "--absolute-git-dir"], path)) / "info"
+    attributes.mkdir(exist_ok=True)
+    (attributes / "attributes").write_text("* -text -eol -filter -ident\n")
+
+
 def create(path: Path, identity: TreeIdentity, patches: list[Path]) -> WorkTree:
     """Make PATH a work tree at the tag with PATCHES applied; on failure leave PATH as it was."""
     existing = check_target(path, identity.framework, identity.tag)
@@ -146,11 +155,7 @@ def create(path: Path, identity: TreeIdentity, patches: list[Path]) -> WorkTree:
     fetched_tag = None
     try:
         if not existing:
-            git.run(["init", "--quiet", str(path)])
-            # Check files out byte for byte, whatever the tree's .gitattributes say.
-            attributes = Path(git.out(["rev-parse", "--absolute-git-dir"], path)) / "info"
-            attributes.mkdir(exist_ok=True)
-            (attributes / "attributes").write_text("* -text -eol -filter -ident\n")
+            init_repo(path)
         else:
             previous_head = git.current_branch(path) or git.rev_parse(path, "HEAD")
         tag_ref = f"refs/tags/{identity.tag}"
@@ -164,7 +169,7 @@ def create(path: Path, identity: TreeIdentity, patches: list[Path]) -> WorkTree:
         git.run(["checkout", "--quiet", "-b", branch, identity.commit], path)
         tree = WorkTree(path, identity.framework, identity.tag, identity.commit,
                         identity.to_json())
-        _write_meta(tree)
+        write_meta(tree)
         am(path, patches)
         return tree
     except BaseException:

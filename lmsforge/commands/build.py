@@ -1,11 +1,19 @@
-"""`lmsforge build`: fetch → apply → verify apply → render → rattler-build → audit."""
+"""`lmsforge build`: plan → inputs → fetch → apply → verify apply → render → rattler-build →
+audit → publish to the channel.
+
+Everything that can refuse the build is checked before the first compile: the variant matrix
+against the host's CUDA toolkit (``build_plan``), the target platform, the channel folder, and
+packages the channel already has under the same file name.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lmsforge import build, frameworks, recipes, series as series_mod, ui, upstream
+from lmsforge import (build, build_plan, channel as channel_mod, frameworks, recipes,
+                      series as series_mod, toolchain, ui, upstream)
 from lmsforge.commands.packaging import series_identity
+from lmsforge.errors import UsageError
 from lmsforge.options import Options
 from lmsforge.verify import apply_level
 
@@ -15,30 +23,83 @@ def run(opts: Options, framework: str, tag: str, profile: str, platform: str,
     sources = frameworks.sources_for(opts.patches_dir, framework)
     series = series_mod.load(frameworks.series_folder(opts.patches_dir, sources, tag))
     variants = recipes.parse_variant_args(variant_args)
+    matrix = recipes.variant_matrix(recipes.load_variants(framework, tag), profile, platform,
+                                    variants)
+    if profile == "core":
+        toolchain.check_host(platform)
+    plan = build_plan.plan(profile, platform, matrix, toolchain.host_cuda(platform),
+                           variants.get("cuda_version", ()))
+    channel = channel.resolve()
+    channel_mod.check_publishable(channel)
+    for notice in plan.notices:
+        ui.out.print(f"notice: {notice}")
+    tools = None
+    if profile == "core":  # the full profile takes its compilers from conda channels
+        with ui.step(f"checking the build inputs for {platform}"):
+            tools = toolchain.prepare(platform, opts.cache.root,
+                                      opts.cache.build_dir(framework, tag, "toolchains"))
     with ui.step(f"fetching {framework} {tag}"):
         tree_identity = upstream.fetch(sources, tag, opts.cache, **fetch_kwargs)  # type: ignore
     identity = series_identity(opts, framework, tag, tree_identity)
     tree_path = opts.cache.root / "trees" / framework / tag
+    published = []
     with opts.cache.lock(f"tree-{framework}-{tag}"):
         with ui.step("applying and verifying the series (level apply)"):
             level = apply_level.run(tree_path, tree_identity, series)
         build.check_verified(framework, tag, level.status, level.detail)
         recipe_dir = opts.cache.build_dir(framework, tag, f"recipe-{profile}-{platform}")
         rendered = recipes.render(framework, tag, profile, platform, recipe_dir,
-                                  series=identity, source_tree=tree_path, variants=variants)
-        results = []
-        for combination in rendered.matrix:
+                                  series=identity, source_tree=tree_path, variants=variants,
+                                  build_facts=tools.metadata() if tools else None)
+        todo = _not_yet_in_channel(rendered, plan, channel, identity)
+        for combination in todo:
             label = ", ".join(f"{k}={v}" for k, v in combination.items()) or "default"
-            with ui.step(f"rattler-build {framework} {tag} {profile} [{label}] for {platform}"):
-                results.append(build.build_variant(
-                    rendered, combination, channel, jobs=opts.jobs,
-                    log_file=opts.cache.build_dir(framework, tag, "logs") / "rattler-build.log"))
-    for result in results:
-        for package in result.packages:
-            ui.out.print(f"built {package.subdir}/{package.path.name} "
-                         f"({package.size / 1e6:.1f} MB) in {result.seconds:.0f} s")
-        for line in result.audit:
-            ui.out.print(f"  audit: {line}")
-    ui.out.print(f"local channel: {channel.resolve()} (series hash {identity.series_hash[:12]}, "
-                 f"upstream {tree_identity.kind} {tree_identity.sha256 or tree_identity.commit})")
+            with ui.step(f"rattler-build {framework} {tag} {profile} ({label}) for {platform}"):
+                result = build.build_variant(
+                    rendered, combination, opts.cache.build_dir(framework, tag, "rattler-out"),
+                    tools=tools, jobs=opts.jobs,
+                    log_file=opts.cache.build_dir(framework, tag, "logs") / "rattler-build.log")
+            for package in result.packages:
+                ui.out.print(f"built {package.subdir}/{package.path.name} "
+                             f"({package.size / 1e6:.1f} MB) in {result.seconds:.0f} s")
+            for line in result.audit:
+                ui.out.print(f"  audit: {line}")
+            added = channel_mod.publish([p.path for p in result.packages], channel)
+            published.extend(added.added)
+    ui.out.print(f"local channel: {channel} ({len(published)} package(s) added; series hash "
+                 f"{identity.series_hash[:12]}, upstream {tree_identity.kind} "
+                 f"{tree_identity.sha256 or tree_identity.commit})")
     return 0
+
+
+def _not_yet_in_channel(rendered: recipes.RenderResult, plan: build_plan.BuildPlan,
+                        channel: Path, identity: recipes.SeriesIdentity) -> list[dict[str, str]]:
+    """The planned combinations whose packages CHANNEL lacks; refuses one the channel has from
+    another series or upstream tree (a package file name is never reused for other contents)."""
+    todo = []
+    for combination, outputs in zip(rendered.matrix, rendered.outputs):
+        if combination not in plan.combinations:
+            continue
+        existing = [channel / rendered.platform / f"{o.name}-{o.version}-{o.build_string}.conda"
+                    for o in outputs]
+        present = [path for path in existing if path.is_file()]
+        for path in present:
+            recorded = build.package_identity(path)
+            if not _same_build(recorded, identity):
+                raise UsageError(
+                    f"channel {channel} already has {path.name} built from series "
+                    f"{str(recorded.get('series_hash', 'unknown'))[:12]}, not "
+                    f"{identity.series_hash[:12]}; raise lms_build_number in "
+                    f"{rendered.variants.path} or build into another channel")
+        if present and len(present) == len(existing):
+            ui.out.print(f"already in the channel, same series and upstream: "
+                         f"{', '.join(p.name for p in present)}; not rebuilt")
+            continue
+        todo.append(dict(combination))
+    return todo
+
+
+def _same_build(recorded: dict, identity: recipes.SeriesIdentity) -> bool:
+    upstream_keys = {k: v for k, v in recorded.items() if k.startswith("upstream_")}
+    return (recorded.get("series_hash") == identity.series_hash
+            and upstream_keys == {f"upstream_{k}": v for k, v in identity.upstream.items()})

@@ -1,4 +1,4 @@
-"""`lmsforge export`: write the branch back to patches/<framework>/<tag>/ and check the round trip."""
+"""`lmsforge export`: write the branch back to patches/<framework>/<tag>/, check the round trip."""
 
 from __future__ import annotations
 

@@ -4,79 +4,100 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmsforge import frameworks, port, series as series_mod, ui, upstream
+from lmsforge import frameworks, port, port_finish, port_state, series as series_mod, ui, upstream
 from lmsforge.errors import UsageError
 from lmsforge.options import Options
+from lmsforge.port_state import PortState, command
+from lmsforge.port_steps import PortStopped
 
-
-def _shared_rr_cache(opts: Options, framework: str) -> Path:
-    return opts.patches_dir / framework / port.RR_CACHE
+OUTCOMES = ("picked", "rerere", "resolved", "dropped", "skipped", "pending")
 
 
 def run(opts: Options, framework: str | None, from_tag: str | None, to_tag: str | None,
         into: Path | None, action: str, reason: str | None, fetch_kwargs: dict[str, object]) -> int:
-    if action == "start":
-        if not (framework and from_tag and to_tag):
-            raise UsageError("a new port needs --framework, --from and --to")
-        tree = (into or Path.cwd() / f"lms-port-{framework}-{to_tag}").absolute()
-        return _start(opts, framework, from_tag, to_tag, tree, fetch_kwargs)
-    if into is None:
-        raise UsageError(f"--{action} needs --into DIR, the port's work tree")
-    tree = into.absolute()
-    state = port.PortState.load(tree)
-    if action == "status":
-        _print_status(tree, state)
-        return 0
-    if action == "skip" and not reason:
+    try:
+        if action == "start":
+            return _start(opts, framework, from_tag, to_tag, into, fetch_kwargs)
+        return _act(opts, port_state.locate(into, action), action, reason)
+    except PortStopped as stop:
+        # Not an error: the port waits for the user (exit 3).
+        ui.err.print(f"lmsforge: {stop}", markup=False, highlight=False)
+        return stop.exit_code
+
+
+def _act(opts: Options, tree: Path, action: str, reason: str | None) -> int:
+    if action == "skip" and not (reason and reason.strip()):
         raise UsageError("--skip needs --reason TEXT (it is recorded in the manifest)")
-    if action == "abort":
-        with port.locked(tree):
-            port.abort(tree, state)
-        ui.out.print(f"port aborted; {'removed ' + str(tree) if state.created_folder else 'state cleared'}"
-                     f"; {opts.patches_dir} unchanged")
+    if action == "status":
+        _print_status(tree, PortState.load(tree))
         return 0
-    with port.locked(tree):
+    with port_state.locked(tree):
+        state = PortState.load(tree)
+        if action == "abort":
+            port.abort(tree, state)
+            kept = "removed" if state.created_folder else "emptied"
+            ui.out.print(f"port aborted; {tree} {kept}; {state.patches_dir} as it was before "
+                         "the port")
+            return 0
+        if opts.patches_dir.resolve() != Path(state.patches_dir):
+            raise UsageError(f"this port writes its series to {state.patches_dir} (where it "
+                             f"started), not {opts.patches_dir}; run "
+                             f"`{command(state, tree, action)}`")
         if action == "skip":
-            state = port.skip(tree, state, reason or "")
+            port.skip(tree, state, " ".join((reason or "").split()))
         else:
-            state = port.continue_(tree, state)
-        return _finish(opts, tree, state)
+            port.continue_(tree, state)
+        if state.phase == "start":
+            port.run_start(tree, state)
+            _print_risk(state)
+        return _done(tree, state, port.proceed(tree, state))
 
 
-def _start(opts: Options, framework: str, from_tag: str, to_tag: str, tree: Path,
-           fetch_kwargs: dict[str, object]) -> int:
+def _start(opts: Options, framework: str | None, from_tag: str | None, to_tag: str | None,
+           into: Path | None, fetch_kwargs: dict[str, object]) -> int:
+    if not (framework and from_tag and to_tag):
+        raise UsageError("a new port needs --framework, --from and --to")
+    tree = (into or Path.cwd() / f"lms-port-{framework}-{to_tag}").absolute()
     sources = frameworks.sources_for(opts.patches_dir, framework)
     folder = frameworks.series_folder(opts.patches_dir, sources, from_tag)
     frameworks.check_tag(opts.patches_dir, sources, to_tag)
     target = series_mod.find(opts.patches_dir, framework, to_tag)
     if (target / series_mod.MANIFEST).is_file():
-        raise UsageError(f"a series for {framework} {to_tag} exists already at {target}")
+        raise UsageError(f"a series for {framework} {to_tag} exists already at {target}; to port "
+                         "again move it away first, or change it in a work tree made with "
+                         f"`lmsforge apply --framework {framework} --tag {to_tag} --into DIR`")
+    port.check_new_target(tree)
     series = series_mod.load(folder)
     with ui.step(f"fetching {framework} {from_tag} and {to_tag}"):
         identity_a = upstream.fetch(sources, from_tag, opts.cache, **fetch_kwargs)  # type: ignore
         identity_b = upstream.fetch(sources, to_tag, opts.cache, **fetch_kwargs)  # type: ignore
-    with ui.step(f"materialising {len(series.patches)} patches on {from_tag}"):
-        state = port.start(series, identity_a, identity_b, tree,
-                           _shared_rr_cache(opts, framework))
-    _print_risk(state)
-    with port.locked(tree):
-        return _finish(opts, tree, port.resume(tree, state))
+    state = port.begin(tree, series, identity_a, identity_b, opts.patches_dir)
+    with port_state.locked(tree):
+        state.save(tree)
+        with ui.step(f"materialising {len(series.patches)} patches on {from_tag}"):
+            port.run_start(tree, state)
+        _print_risk(state)
+        return _done(tree, state, port.proceed(tree, state))
 
 
-def _finish(opts: Options, tree: Path, state: port.PortState) -> int:
-    folder = port.finish(tree, state, opts.patches_dir, _shared_rr_cache(opts, state.framework))
-    counts = {s: sum(p.status == s for p in state.patches)
-              for s in ("picked", "rerere", "resolved", "dropped", "skipped")}
+def _done(tree: Path, state: PortState, folder: Path) -> int:
+    counts = _counts(state)
     ui.out.print(f"ported {state.framework} {state.from_tag} → {state.to_tag}: "
                  + ", ".join(f"{n} {k}" for k, n in counts.items() if n)
-                 + f"; series written to {folder} (review {folder / 'PORT-REPORT.md'})")
+                 + f"; series written to {folder} (review {folder / 'PORT-REPORT.md'}); "
+                 f"work tree {tree}")
     return 0
 
 
-def _print_risk(state: port.PortState) -> None:
+def _counts(state: PortState) -> dict[str, int]:
+    return {s: sum(p.status == s for p in state.patches) for s in OUTCOMES}
+
+
+def _print_risk(state: PortState) -> None:
     rows = [[str(r["patch"]), str(r["upstream_files"]), str(r["upstream_lines_changed"]),
              "n/a" if r["upstream_commits"] is None else str(r["upstream_commits"]),
-             str(r["risk"])] for r in state.risk]
+             str(r["risk"]) + (f"; renamed: {'; '.join(r['renamed'])}"  # type: ignore[arg-type]
+                               if r.get("renamed") else "")] for r in state.risk]
     ui.table(f"risk: what upstream changed between {state.from_tag} and {state.to_tag}",
              ["patch", "upstream files", "lines changed", "commits", "risk"], rows)
     for patch in state.patches:
@@ -84,11 +105,36 @@ def _print_risk(state: port.PortState) -> None:
             ui.out.print(f"dropping {patch.file}: {patch.note}")
 
 
-def _print_status(tree: Path, state: port.PortState) -> None:
-    ui.out.print(f"port {state.framework} {state.from_tag} → {state.to_tag} in {tree}")
+def _print_status(tree: Path, state: PortState) -> None:
+    """A summary, the patches that need a look, and the next command."""
+    ui.out.print(f"port {state.framework} {state.from_tag} → {state.to_tag} in {tree}; series "
+                 f"goes to {state.series_folder}")
+    counts = _counts(state)
+    ui.out.print(f"{len(state.patches)} patches: "
+                 + (", ".join(f"{n} {k}" for k, n in counts.items() if n) or "none read yet"))
+    stopped = port.interrupted_patch(tree, state) if state.phase == "replay" else None
     for patch in state.patches:
-        marker = "→" if patch.id == state.current else " "
-        ui.out.print(f" {marker} {patch.file:45} {patch.status:9} {patch.note}")
-    if state.current:
-        ui.out.print(f"stopped at {state.patch(state.current).file}: resolve the conflicts, then "
-                     f"`lmsforge port --continue --into {tree}`")
+        if patch.status not in ("picked", "pending") or patch is stopped:
+            marker = "→" if patch is stopped else " "
+            ui.out.print(f" {marker} {patch.file:45} {patch.status:9} {patch.note}")
+    ui.out.print(_next_step(tree, state, stopped))
+
+
+def _next_step(tree: Path, state: PortState, stopped: port_state.PatchState | None) -> str:
+    go_on = f"`{command(state, tree, 'continue')}`"
+    if state.phase == "start":
+        return (f"the port was interrupted while starting: {go_on} starts it again, "
+                f"`{command(state, tree, 'abort')}` removes it")
+    if state.phase == "finish":
+        written = state.finish is not None and state.finish.series_hash and \
+            port_finish.holds_series(state.series_folder, state.finish.series_hash)
+        return (f"every patch is in; {'the series is written, ' if written else ''}{go_on} "
+                "finishes the port")
+    if stopped is not None and state.current is None:
+        return (f"the cherry-pick of {stopped.file} was interrupted (a killed process): "
+                f"{go_on} finishes it or stops at its conflict, "
+                f"`{command(state, tree, 'skip')}` leaves the patch out")
+    if stopped is not None:
+        return (f"stopped at {stopped.file}: resolve the conflicts in {tree}, then {go_on}; or "
+                f"leave it out with `{command(state, tree, 'skip')}`")
+    return f"replaying: {go_on} goes on (if no lmsforge process is running it now)"

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmsforge import channel, ui
+from lmsforge import channel, channel_address, ui
 from lmsforge.options import Options
 
 
 def run(opts: Options, target: str, packages: list[Path]) -> int:
+    channel_address.parse(target)  # a malformed target fails before any progress line
     with ui.step(f"publishing {len(packages)} package(s)"):
         result = channel.publish(packages, target)
     for name in result.added:
@@ -17,4 +18,7 @@ def run(opts: Options, target: str, packages: list[Path]) -> int:
         ui.out.print(f"already there (identical) {name}")
     ui.out.print(f"channel {result.channel}: {len(result.added)} added, "
                  f"{len(result.unchanged)} unchanged")
+    if not result.indexed:
+        ui.out.print("the server took the packages but its index does not list them yet; "
+                     "installs will see them once it has re-indexed")
     return 0

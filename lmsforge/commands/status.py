@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from lmsforge import export, git, series as series_mod, ui, worktree
+from lmsforge import export, git, port_state, series as series_mod, ui, worktree
 from lmsforge.errors import UsageError
 from lmsforge.options import Options
 from lmsforge.verify import runner
@@ -41,6 +41,7 @@ def collect(opts: Options, tree_path: Path) -> dict[str, object]:
         "series_state": state,
         "last_verify": verified["last_verify"],
         "last_verify_was_other_content": verified.get("last_verify_was_other_content", False),
+        "port_in_progress": port_state.summary(tree_path),
     }
 
 
@@ -78,6 +79,8 @@ def run(opts: Options, tree_path: Path | None, as_json: bool) -> int:
                  + (f", {data['operation_in_progress']} in progress"
                     if data["operation_in_progress"] else ""))
     ui.out.print(f"  series    {data['series_state']}")
+    if data["port_in_progress"]:
+        ui.out.print(f"  port      {data['port_in_progress']}")
     last = data["last_verify"]
     never = ("not run on this content of the series" if data["last_verify_was_other_content"]
              else "never run")

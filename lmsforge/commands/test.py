@@ -1,35 +1,80 @@
-"""`lmsforge test`: install from a channel into a fresh prefix and run the LMS tests there."""
+"""`lmsforge test`: install the tag's package from a channel into a fresh prefix and run the LMS
+tests there.
+
+The package is chosen up front: the solver spec pins the version the tag's series builds
+(``pytorch-lms-core ==2.6.0`` for v2.6.0) and the build kind (``cpu_*`` or ``cuda*``), so a
+channel holding several tags tests the one asked for, and a tag the channels do not have is
+refused before anything is installed.
+"""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
-from lmsforge import build, ui
+from lmsforge import build, channel, ui
+from lmsforge.commands.packaging import series_identity
+from lmsforge.credentials import redact
 from lmsforge.errors import UsageError
 from lmsforge.options import Options
 
 
 def run(opts: Options, framework: str, tag: str, channels: list[str], prefix: Path | None,
-        gpu: bool | None) -> int:
+        gpu: bool | None, platform: str = "linux-64") -> int:
     if framework != "pytorch":
         raise UsageError(f"`lmsforge test` runs the PyTorch core package's tests; {framework} "
                          "has no installable test package yet")
     if prefix is not None and prefix.exists() and any(prefix.iterdir()):
         raise UsageError(f"{prefix} is not empty; tests install into a fresh prefix")
+    series = series_identity(opts, framework, tag)  # refuses a tag without a series here
+    version = build.core_package_version(tag)
+    _check_channels_have(tag, version, channels, gpu, opts.cache.root / "rattler")
     with tempfile.TemporaryDirectory(prefix="lmsforge-test-") as tmp:
         target = prefix or Path(tmp) / "prefix"
-        with ui.step(f"installing {build.CORE_PACKAGE} from {len(channels)} channel(s)"):
-            result = build.test_installed_core(channels, target, gpu=gpu,
-                                               cache_dir=opts.cache.root / "rattler")
+        with ui.step(f"installing {build.CORE_PACKAGE} {version} for {platform} from "
+                     f"{len(channels)} channel(s) and running its LMS tests"):
+            result = build.test_installed_core(channels, target, gpu=gpu, version=version,
+                                               cache_dir=opts.cache.root / "rattler",
+                                               platform=platform)
         ui.out.print(f"{result.package} in {target}: {result.why}")
-        recorded = result.identity.get("series_hash") or result.identity
-        ui.out.print(f"  series: {recorded}")
+        recorded = result.identity.get("series_hash")
+        if recorded == series.series_hash:
+            ui.out.print(f"  series: {recorded} (the series in patches/ for {tag})")
+        else:
+            ui.out.print(f"  series: {recorded or result.identity} (not the series in patches/ "
+                         f"for {tag}, {series.series_hash}: built from another revision)")
         for program in result.programs:
             ui.out.print(f"  {program.program}: {program.passed} passed, {program.failed} failed, "
                          f"{program.skipped} skipped (log {program.log})")
             for failure in program.failures:
                 ui.out.print(f"    failed: {failure}")
-    if tag and result.identity.get("tag") not in (None, tag):
-        raise UsageError(f"the channel's package is for {result.identity.get('tag')}, not {tag}")
+    if result.identity.get("tag") not in (None, tag):
+        raise UsageError(f"the channel's {build.CORE_PACKAGE} {version} was built for "
+                         f"{result.identity.get('tag')}, not {tag}; rebuild and republish it")
     return 0 if result.ok else 1
+
+
+def _check_channels_have(tag: str, version: str, channels: list[str], gpu: bool | None,
+                         cache_dir: Path) -> None:
+    """Refuse, before installing anything, when no channel has the tag's package of the kind the
+    tests need (a CUDA build for the GPU tests, a CPU build otherwise)."""
+    import rattler
+
+    from lmsforge.verify.levels import have_cuda_device
+
+    if gpu is None:
+        gpu = have_cuda_device()[0]
+    records = channel.available(build.CORE_PACKAGE, channels, str(rattler.Subdir.current()),
+                                cache_dir=cache_dir)
+    shown = redact(", ".join(channels))
+    versions = sorted({v for v, _ in records})
+    if version not in versions:
+        has = f"they have {', '.join(versions)}" if versions else "they have none"
+        raise UsageError(f"no {build.CORE_PACKAGE} for {tag} (version {version}) in {shown} "
+                         f"({has}); build and publish it first: lmsforge build --framework "
+                         f"pytorch --tag {tag} --profile core")
+    kind = "cuda" if gpu else "cpu_"
+    if not any(v == version and b.startswith(kind) for v, b in records):
+        raise UsageError(f"{shown} have {build.CORE_PACKAGE} {version} but no "
+                         f"{'CUDA' if gpu else 'CPU'} build of it; publish that variant, or run "
+                         f"with {'--cpu' if gpu else '--gpu on a GPU host'}")

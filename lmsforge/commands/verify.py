@@ -10,7 +10,7 @@ from lmsforge import frameworks, series as series_mod, ui
 from lmsforge.errors import UsageError
 from lmsforge.options import Options
 from lmsforge.verify import runner
-from lmsforge.verify.levels import SKIPPED
+from lmsforge.verify.levels import DEFAULT_SIM_SEEDS, SKIPPED
 
 
 def selected_series(opts: Options, framework: str | None, tag: str | None) -> list[tuple[str, str]]:
@@ -43,14 +43,16 @@ def check_report_path(path: Path) -> None:
 
 
 def run(opts: Options, framework: str | None, tag: str | None, level: str, require: bool,
-        as_json: bool, report_path: Path | None, fetch_kwargs: dict[str, object]) -> int:
+        as_json: bool, report_path: Path | None, fetch_kwargs: dict[str, object],
+        sim_seeds: int = DEFAULT_SIM_SEEDS) -> int:
     if report_path is not None:
         check_report_path(report_path)
     chosen = selected_series(opts, framework, tag)
     opts.cache.require_writable("verify keeps its work trees, builds and reports there")
     reports = []
     for name, series_tag in chosen:
-        reports.append(runner.verify_series(opts, name, series_tag, level, ui.say, fetch_kwargs))
+        reports.append(runner.verify_series(opts, name, series_tag, level, ui.say, fetch_kwargs,
+                                            sim_seeds))
     data = {"level": level, "series": [r.to_json() for r in reports]}
     if report_path:
         report_path.write_text(json.dumps(data, indent=2) + "\n")

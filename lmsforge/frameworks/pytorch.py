@@ -3,8 +3,9 @@
 `compile` builds c10 + c10_cuda from the patched tree, then runs its torchgen, checks the LMS pin
 guard in every generated CUDA wrapper taking tensors, syntax-compiles the other touched translation
 units and byte-compiles the touched Python files (``verify/pytorch_codegen``); `core-cpu` and
-`core-gpu` build and run the series' own googletest files against them. All levels share one
-incremental build folder.
+`core-gpu` build and run the series' own googletest files against them; `core-sim` runs the CUDA
+tests and the benchmarks against lmsforge's simulated CUDA runtime (``pytorch_c10/sim_level``).
+All levels share one incremental build folder.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Callable, Sequence
 from lmsforge.cache import default_cache_dir
 from lmsforge.verify.levels import (FAIL, LEVELS, PASS, LevelContext, LevelResult, dispatch,
                                     have_cuda_device, judge_tests, skipped)
-from lmsforge.verify.pytorch_c10 import build, gtest
+from lmsforge.verify.pytorch_c10 import build, gtest, sim_level
 from lmsforge.verify.pytorch_codegen import check as codegen_check
 
 BUILD_SUBDIR = "c10-build"
@@ -47,6 +48,10 @@ def _compile(ctx: LevelContext) -> LevelResult:
 
 def _core_cpu(ctx: LevelContext) -> LevelResult:
     return _run_suite(ctx, "core-cpu", "core")
+
+
+def _core_sim(ctx: LevelContext) -> LevelResult:
+    return sim_level.run(ctx, _build_dir(ctx), lambda targets: _build(ctx, "core-sim", targets))
 
 
 def _core_gpu(ctx: LevelContext) -> LevelResult:
@@ -94,6 +99,7 @@ def _non_empty_dir(path: Path) -> bool:
 
 
 _RUNNERS: dict[str, Callable[[LevelContext], LevelResult]] = {
-    "compile": _compile, "core-cpu": _core_cpu, "core-gpu": _core_gpu, "full": _full,
+    "compile": _compile, "core-cpu": _core_cpu, "core-sim": _core_sim, "core-gpu": _core_gpu,
+    "full": _full,
 }
 assert set(_RUNNERS) == set(LEVELS) - {"apply"}

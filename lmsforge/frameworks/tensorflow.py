@@ -21,6 +21,8 @@ from lmsforge.verify.pytorch_c10 import gtest
 from lmsforge.verify.tensorflow_tf import compile_units, core_cpu, inputs, toolchain
 
 CORE_GPU_REASON = "no TensorFlow GPU harness on the GPU host image"
+CORE_SIM_REASON = ("no TensorFlow harness for the simulated CUDA runtime (it serves PyTorch's "
+                   "c10_cuda only)")
 FULL_REASON = ("needs a Bazel build of TensorFlow with network access and a GPU build host "
                "(the ci/ release pipeline); not possible on these machines")
 
@@ -95,6 +97,10 @@ def _core_cpu(ctx: LevelContext) -> LevelResult:
                         "test_seconds": round(run.seconds, 1)}, str(log))
 
 
+def _core_sim(ctx: LevelContext) -> LevelResult:
+    return skipped("core-sim", CORE_SIM_REASON)
+
+
 def _core_gpu(ctx: LevelContext) -> LevelResult:
     return skipped("core-gpu", CORE_GPU_REASON)
 
@@ -117,6 +123,7 @@ def _paths(ctx: LevelContext, level: str) -> toolchain.Paths:
 
 
 _RUNNERS: dict[str, Callable[[LevelContext], LevelResult]] = {
-    "compile": _compile, "core-cpu": _core_cpu, "core-gpu": _core_gpu, "full": _full,
+    "compile": _compile, "core-cpu": _core_cpu, "core-sim": _core_sim, "core-gpu": _core_gpu,
+    "full": _full,
 }
 assert set(_RUNNERS) == set(LEVELS) - {"apply"}

@@ -1,1 +1,2 @@
-"""Verification levels (``verification.md``): apply, compile, core-cpu, core-gpu, full."""
+"""Verification levels (``verification.md``): apply, compile, core-cpu, core-sim, core-gpu,
+full."""

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
 
-LEVELS = ("apply", "compile", "core-cpu", "core-gpu", "full")
+LEVELS = ("apply", "compile", "core-cpu", "core-sim", "core-gpu", "full")
+# How many seeds `core-sim` runs the CUDA tests under (seeds 1..N), unless told otherwise.
+DEFAULT_SIM_SEEDS = 5
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 
@@ -43,6 +45,7 @@ class LevelContext:
     work_dir: Path  # a private folder for builds and logs, kept between runs (a cache)
     jobs: int = 2
     say: Callable[[str], None] = print  # progress lines for the user
+    sim_seeds: int = DEFAULT_SIM_SEEDS  # core-sim: run the CUDA tests under seeds 1..sim_seeds
 
     def log_path(self, level: str) -> Path:
         self.work_dir.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,8 @@ from lmsforge import frameworks, series as series_mod, ui, upstream
 from lmsforge.errors import LmsforgeError, UsageError
 from lmsforge.options import Options
 from lmsforge.verify import apply_level
-from lmsforge.verify.levels import FAIL, LEVELS, SKIPPED, LevelContext, LevelResult
+from lmsforge.verify.levels import (DEFAULT_SIM_SEEDS, FAIL, LEVELS, SKIPPED, LevelContext,
+                                    LevelResult)
 
 
 BY_SERIES = "by-series"
@@ -42,13 +43,15 @@ def levels_up_to(level: str) -> list[str]:
 
 
 def verify_series(opts: Options, framework: str, tag: str, level: str,
-                  say: Callable[[str], None], fetch_kwargs: dict[str, object]) -> SeriesReport:
+                  say: Callable[[str], None], fetch_kwargs: dict[str, object],
+                  sim_seeds: int = DEFAULT_SIM_SEEDS) -> SeriesReport:
     sources = frameworks.sources_for(opts.patches_dir, framework)
     folder = frameworks.series_folder(opts.patches_dir, sources, tag)
     series = series_mod.load(folder)
     with ui.step(f"{framework} {tag}: fetching the upstream tree",
                  progress=lambda: ui.folder_size(opts.cache.partial)):
-        identity = upstream.fetch(sources, tag, opts.cache, **fetch_kwargs)  # type: ignore[arg-type]
+        identity = upstream.fetch(sources, tag, opts.cache,
+                                  **fetch_kwargs)  # type: ignore[arg-type]
     report = SeriesReport(framework, tag, series.content_hash(), identity.to_json())
     tree_path = opts.cache.root / "trees" / framework / tag
     with opts.cache.lock(f"tree-{framework}-{tag}"):
@@ -66,7 +69,8 @@ def verify_series(opts: Options, framework: str, tag: str, level: str,
                                      f"no verification harness for {framework} above `apply`")
             else:
                 ctx = LevelContext(framework, tag, tree_path, identity.commit,
-                                   opts.cache.build_dir(framework, tag, "verify"), opts.jobs, say)
+                                   opts.cache.build_dir(framework, tag, "verify"), opts.jobs, say,
+                                   sim_seeds)
                 started = time.monotonic()
                 try:
                     with ui.step(f"{framework} {tag}: level {name}"):

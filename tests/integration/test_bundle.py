@@ -139,6 +139,8 @@ def test_cuda_tests_list_the_issue_cases(offline_run: tuple[subprocess.Completed
     ("lms_bench_oversub", ["--out", "x.json", "--limit", "1M"], 2, "at least 64M"),
     ("lms_bench_oversub", ["--out", "x.json", "--steps"], 2, "--steps needs a value"),
     ("lms_bench_oversub", ["--help"], 0, "usage: lms_bench_oversub"),
+    ("lms_bench_copy", ["--help"], 0, "--short"),
+    ("lms_bench_oversub", ["--out", "x.json", "--short", "--limit", "1M"], 2, "at least 64M"),
 ])
 def test_program_argument_checks(offline_run: tuple[subprocess.CompletedProcess[str], Path],
                                  extracted: Path, tmp_path: Path, program: str, args: list[str],

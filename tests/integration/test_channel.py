@@ -1,13 +1,13 @@
-"""Publishing to and installing from real channels: folder channels and an authenticated HTTP
-channel served on 127.0.0.1, with packages built by rattler-build from a tiny real recipe.
+"""Publishing to and installing from real channels: folder channels and authenticated HTTP
+channels served on loopback addresses (``tests/channel_server.py``, the Artifactory protocol),
+with packages built by rattler-build from a tiny real recipe.
 
-The HTTP server here (``ChannelServer``) is also used by ``test_core_package.py``.
+``ChannelServer`` and the tiny packages are also used by ``test_core_package.py`` and the
+credential and quetz tests.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import shutil
@@ -15,14 +15,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import filelock
 import pytest
 
-from lmsforge import channel
+from channel_server import ChannelServer
+from lmsforge import channel, credentials
 from lmsforge.errors import LmsforgeError, UsageError
 
 TOKEN = "tok-5f1e9a7c2b"  # a test credential; it must never show up in any output
@@ -44,94 +43,6 @@ about:
   license: MIT
   license_file: LICENSE
 """
-
-
-# --- a private channel over HTTP on loopback ------------------------------------------------------
-
-
-class ChannelServer:
-    """Serves a folder channel on 127.0.0.1 with token or basic auth; PUT adds a package.
-
-    PUT /<subdir>/<file> stores the body and publishes it with ``channel.publish`` (lock and atomic
-    re-index on the server side), like an Artifactory-style conda repository.
-    """
-
-    def __init__(self, root: Path, *, token: str | None = None,
-                 basic: tuple[str, str] | None = None) -> None:
-        self.root = root
-        self.accepted = set()
-        if token:
-            self.accepted.add(f"Bearer {token}")
-        if basic:
-            self.accepted.add("Basic " + base64.b64encode(":".join(basic).encode()).decode())
-        self.requests: list[tuple[str, str, int]] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _authorized(self) -> bool:
-                if self.headers.get("Authorization") in server.accepted:
-                    return True
-                self._reply(401, b"unauthorized", {"WWW-Authenticate": 'Basic realm="lms"'})
-                return False
-
-            def _reply(self, code: int, body: bytes = b"", headers: dict | None = None) -> None:
-                server.requests.append((self.command, self.path, code))
-                self.send_response(code)
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            def do_GET(self) -> None:  # noqa: N802 (http.server's names)
-                if not self._authorized():
-                    return
-                path = (server.root / self.path.split("?")[0].lstrip("/")).resolve()
-                if server.root.resolve() not in path.parents or not path.is_file():
-                    self._reply(404, b"not found")
-                    return
-                self._reply(200, path.read_bytes(), {"Content-Type": "application/octet-stream"})
-
-            do_HEAD = do_GET
-
-            def do_PUT(self) -> None:  # noqa: N802
-                if not self._authorized():
-                    return
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                if hashlib.sha256(body).hexdigest() != self.headers.get("X-Checksum-Sha256"):
-                    self._reply(400, b"checksum mismatch")
-                    return
-                name = Path(self.path).name
-                with tempfile.TemporaryDirectory() as folder:
-                    upload = Path(folder) / name
-                    upload.write_bytes(body)
-                    try:
-                        channel.publish([upload], server.root)
-                    except UsageError as exc:
-                        self._reply(409 if "different contents" in str(exc) else 400,
-                                    str(exc).encode())
-                        return
-                self._reply(201)
-
-        class Server(ThreadingHTTPServer):
-            def handle_error(self, request: object, client_address: object) -> None:
-                pass  # clients that hang up after a 401 are expected; the tests check results
-
-        self.httpd = Server(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> "ChannelServer":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def write_auth_file(path: Path, url: str, entry: dict) -> Path:
@@ -365,18 +276,28 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.fixture(autouse=True)
+def no_inherited_credentials(monkeypatch):
+    for name in (credentials.AUTH_FILE_ENV, credentials.ENV_TOKEN, credentials.ENV_USER,
+                 credentials.ENV_PASSWORD, credentials.ENV_HOST):
+        monkeypatch.delenv(name, raising=False)
+
+
 def test_http_channel_with_token_from_auth_file(published, tiny_packages, tmp_path, monkeypatch,
                                                 capfd):
     with ChannelServer(published, token=TOKEN) as server:
         monkeypatch.setenv("RATTLER_AUTH_FILE", str(write_auth_file(
             tmp_path / "auth.json", server.url, {"BearerToken": TOKEN})))
         result = channel.publish([tiny_packages["1.1.0"]], server.url)
-        assert result.added == (f"linux-64/{tiny_packages['1.1.0'].name}",)
+        assert result.added == (f"linux-64/{tiny_packages['1.1.0'].name}",) and result.indexed
         assert tiny_packages["1.1.0"].name in _repodata_names(published)
+        again = channel.publish([tiny_packages["1.1.0"]], server.url)
+        assert again.added == () and again.unchanged == result.added
         installed = channel.install(["lmsforge-tiny==1.1.0"], [server.url], tmp_path / "prefix",
                                     cache_dir=tmp_path / "cache")
         assert any(p.startswith("lmsforge-tiny=1.1.0=") for p in installed.packages)
         assert any(code == 200 and path.endswith(".conda") for _, path, code in server.requests)
+        assert sum(method == "PUT" for method, _, _ in server.requests) == 1
     run = subprocess.run([tmp_path / "prefix" / "bin" / "lmsforge-tiny"], capture_output=True,
                          text=True, check=True)
     assert run.stdout.strip() == "lmsforge-tiny 1.1.0"
@@ -384,14 +305,16 @@ def test_http_channel_with_token_from_auth_file(published, tiny_packages, tmp_pa
     assert TOKEN not in out + err + repr(result) + repr(installed)
 
 
-def test_http_channel_with_basic_auth_from_environment(published, tmp_path, monkeypatch, capfd):
-    monkeypatch.delenv("RATTLER_AUTH_FILE", raising=False)
-    monkeypatch.setenv(channel.ENV_USER, USER)
-    monkeypatch.setenv(channel.ENV_PASSWORD, PASSWORD)
+def test_http_channel_with_basic_auth_from_environment(published, tiny_packages, tmp_path,
+                                                       monkeypatch, capfd):
+    monkeypatch.setenv(credentials.ENV_USER, USER)
+    monkeypatch.setenv(credentials.ENV_PASSWORD, PASSWORD)
     with ChannelServer(published, basic=(USER, PASSWORD)) as server:
+        channel.publish([tiny_packages["1.1.0"]], server.url)  # publish binds env to its target
+        monkeypatch.setenv(credentials.ENV_HOST, "127.0.0.1")  # reading needs the host named
         installed = channel.install(["lmsforge-tiny"], [server.url], tmp_path / "prefix",
                                     cache_dir=tmp_path / "cache")
-    assert any(p.startswith("lmsforge-tiny=1.0.0=") for p in installed.packages)
+    assert any(p.startswith("lmsforge-tiny=1.1.0=") for p in installed.packages)
     assert "RATTLER_AUTH_FILE" not in os.environ  # the private auth file was for that call only
     out, err = capfd.readouterr()
     assert PASSWORD not in out + err + repr(installed)
@@ -409,6 +332,7 @@ def test_wrong_credentials_are_a_clear_error_without_the_secret(published, tiny_
                             cache_dir=tmp_path / "cache")
         with pytest.raises(UsageError, match="refused the credentials") as publish_error:
             channel.publish([tiny_packages["1.1.0"]], server.url)
+        assert not any(method == "PUT" for method, _, _ in server.requests)
     for error in (install_error.value, publish_error.value):
         assert wrong not in str(error) and TOKEN not in str(error) and "\n" not in str(error)
     out, err = capfd.readouterr()
@@ -424,24 +348,158 @@ def test_unreachable_channel_is_a_clear_error(tiny_packages, tmp_path):
         channel.publish([tiny_packages["1.0.0"]], url)
 
 
-def test_redact_hides_url_credentials_and_known_secrets(monkeypatch):
-    monkeypatch.setenv(channel.ENV_TOKEN, TOKEN)
-    text = (f"GET https://forge:{PASSWORD}@host/t/abc123/linux-64 Authorization: Bearer xyz "
-            f"token={TOKEN}")
-    shown = channel.redact(text)
-    assert PASSWORD not in shown and "abc123" not in shown and TOKEN not in shown
-    assert "xyz" not in shown and "https://***@host/t/***/linux-64" in shown
-
-
 def test_doctor_names_credential_sources_but_never_their_values(tmp_path, monkeypatch):
     from lmsforge import doctor
 
     monkeypatch.setenv("RATTLER_AUTH_FILE", str(write_auth_file(
         tmp_path / "auth.json", "http://channel.example:8080", {"BearerToken": TOKEN})))
-    monkeypatch.setenv(channel.ENV_TOKEN, TOKEN)
+    monkeypatch.setenv(credentials.ENV_TOKEN, TOKEN)
     result = doctor.doctor(tmp_path)
     [creds] = [c for c in result.checks if c.name == "credentials"]
     assert creds.status == doctor.OK and "channel.example" in creds.detail
     assert TOKEN not in repr(result)
     assert {c.name for c in result.checks} >= {"git", "c++ compiler", "CUDA toolkit",
                                                "GPU/driver", "rattler-build", "disk"}
+
+
+# --- a channel its keepers have hot-fixed -------------------------------------------------------
+
+
+def test_publishing_keeps_hotfixes_and_removals_and_refreshes_other_indexes(tmp_path,
+                                                                          tiny_packages):
+    """Evidence row 44: a hot-fixed record and the ``removed`` list survive a publish, and the
+    index files other tools write (current_repodata, .bz2, channeldata) list the new package."""
+    import bz2
+
+    import zstandard
+
+    chan = tmp_path / "chan"
+    extra = build_tiny(tmp_path, "1.2.0")
+    channel.publish([tiny_packages["1.0.0"], extra], chan)
+    old, bad = tiny_packages["1.0.0"].name, extra.name
+    repodata_file = chan / "linux-64" / "repodata.json"
+    repodata = json.loads(repodata_file.read_text())
+    repodata["packages.conda"][old]["depends"] = ["lmsforge-hotfix-only >=9"]  # the hot-fix
+    hotfixed = dict(repodata["packages.conda"][old])
+    del repodata["packages.conda"][bad]
+    repodata["removed"] = [bad]  # 1.2.0 stays on disk, out of the index
+    repodata_file.write_text(json.dumps(repodata))
+    (chan / "linux-64" / "current_repodata.json").write_text(json.dumps(repodata))
+    (chan / "linux-64" / "repodata.json.bz2").write_bytes(bz2.compress(b"{}"))
+    (chan / "channeldata.json").write_text(json.dumps({
+        "channeldata_version": 1, "subdirs": ["noarch"],
+        "packages": {"lmsforge-tiny": {"subdirs": ["linux-64"], "version": "1.0.0",
+                                       "summary": "kept as written"}}}))
+
+    channel.publish([tiny_packages["1.1.0"]], chan)
+
+    new = tiny_packages["1.1.0"].name
+    after = json.loads(repodata_file.read_text())
+    assert after["packages.conda"][old] == hotfixed
+    assert after["removed"] == [bad] and bad not in after["packages.conda"]
+    assert (chan / "linux-64" / bad).is_file()
+    assert new in after["packages.conda"]
+    current = json.loads((chan / "linux-64" / "current_repodata.json").read_text())
+    assert set(current["packages.conda"]) == {new} and current["removed"] == [bad]
+    assert json.loads(bz2.decompress((chan / "linux-64" / "repodata.json.bz2").read_bytes())) \
+        == after
+    zst = (chan / "linux-64" / "repodata.json.zst").read_bytes()
+    assert json.loads(zstandard.ZstdDecompressor().decompress(zst, max_output_size=1 << 24)) \
+        == after
+    channeldata = json.loads((chan / "channeldata.json").read_text())
+    assert channeldata["packages"]["lmsforge-tiny"]["version"] == "1.1.0"
+    assert channeldata["packages"]["lmsforge-tiny"]["summary"] == "kept as written"
+    assert channeldata["subdirs"] == ["linux-64", "noarch"]  # kept, and the new one added
+
+    # what a solver sees: the hot-fix holds and the removed build is gone
+    latest = channel.install(["lmsforge-tiny"], [chan], tmp_path / "p1", cache_dir=tmp_path / "c")
+    assert any(p.startswith("lmsforge-tiny=1.1.0=") for p in latest.packages)
+    with pytest.raises(LmsforgeError, match="cannot install"):
+        channel.install(["lmsforge-tiny==1.0.0"], [chan], tmp_path / "p2",
+                        cache_dir=tmp_path / "c")
+    with pytest.raises(LmsforgeError, match="cannot install"):
+        channel.install(["lmsforge-tiny==1.2.0"], [chan], tmp_path / "p3",
+                        cache_dir=tmp_path / "c")
+
+
+def test_a_stale_sharded_index_is_removed_so_it_cannot_hide_new_packages(published, tmp_path,
+                                                                         tiny_packages):
+    shards = published / "linux-64" / "repodata_shards.msgpack.zst"
+    shards.write_bytes(b"stale")
+    channel.publish([tiny_packages["1.1.0"]], published)
+    assert not shards.exists()
+
+
+# --- modes: a channel is served by another user ---------------------------------------------------
+
+
+def test_published_files_are_world_readable_whatever_the_umask(tmp_path, tiny_packages):
+    assert tiny_packages["1.0.0"].stat().st_mode & 0o777 == 0o600  # what rattler-build writes
+    chan = tmp_path / "chan"
+    old_umask = os.umask(0o077)
+    try:
+        channel.publish([tiny_packages["1.0.0"]], chan)
+    finally:
+        os.umask(old_umask)
+    for path in chan.rglob("*"):
+        if path.name.startswith(".lmsforge-"):
+            continue
+        expected = channel.CHANNEL_DIR_MODE if path.is_dir() else channel.CHANNEL_FILE_MODE
+        assert path.stat().st_mode & 0o777 == expected, path
+
+
+def test_built_packages_are_made_servable(tmp_path):
+    package = build_tiny(tmp_path, "2.0.0")
+    assert package.stat().st_mode & 0o777 == 0o600
+    channel.make_servable([package])
+    assert package.stat().st_mode & 0o777 == 0o644
+    for index in package.parent.parent.glob("*/repodata.json"):
+        assert index.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_platform_folder_owned_by_another_user_is_a_one_line_refusal(published, tiny_packages):
+    """Evidence row 42: the channel root is writable, linux-64/ is not."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another user (runs as root in CI)")
+    before = channel.snapshot(published)
+    public = Path(tempfile.mkdtemp(prefix="lmsforge-pkgs-"))
+    try:
+        shutil.copy(tiny_packages["1.1.0"], public)
+        (public / tiny_packages["1.1.0"].name).chmod(0o644)
+        for folder in [public, *published.parents]:
+            if folder != Path("/") and folder.stat().st_mode & 0o005 != 0o005:
+                folder.chmod(folder.stat().st_mode | 0o005)
+        for path in published.rglob("*"):
+            path.chmod(path.stat().st_mode | 0o004 | (0o001 if path.is_dir() else 0))
+        published.chmod(0o777)  # anyone may write the root; linux-64/ stays root's 0755
+        message = _publish_as_nobody([public / tiny_packages["1.1.0"].name], published)
+    finally:
+        shutil.rmtree(public)
+        published.chmod(0o755)
+    assert "linux-64/ is not writable" in message and "\n" not in message
+    assert channel.snapshot(published) == before
+
+
+def test_a_lock_file_of_another_user_is_a_one_line_refusal(published, tiny_packages):
+    """The lock file the first publisher made (as root here) must not crash the next one."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another user (runs as root in CI)")
+    before = channel.snapshot(published)
+    public = Path(tempfile.mkdtemp(prefix="lmsforge-pkgs-"))
+    try:
+        shutil.copy(tiny_packages["1.1.0"], public)
+        (public / tiny_packages["1.1.0"].name).chmod(0o644)
+        for folder in [public, *published.parents]:
+            if folder != Path("/") and folder.stat().st_mode & 0o005 != 0o005:
+                folder.chmod(folder.stat().st_mode | 0o005)
+        for path in published.rglob("*"):
+            path.chmod(0o777 if path.is_dir() else 0o666)
+        published.chmod(0o777)
+        (published / channel.LOCK_NAME).chmod(0o644)  # as an older lmsforge left it
+        message = _publish_as_nobody([public / tiny_packages["1.1.0"].name], published)
+    finally:
+        shutil.rmtree(public)
+        published.chmod(0o755)
+    assert "lock file" in message and "belongs to another user" in message
+    assert "\n" not in message and channel.snapshot(published) == before
+

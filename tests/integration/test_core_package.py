@@ -1,28 +1,99 @@
-"""The real PyTorch `core` package: built by rattler-build from a real v2.6.0 tree, audited,
-published to a folder channel and to an authenticated HTTP channel, installed from each into a
-fresh prefix with py-rattler, and its LMS tests run from the installed package."""
+"""The real PyTorch `core` packages, through the CLI as users run it, all into one channel:
+
+1. a build with no CUDA toolkit at all (``/usr/local/cuda`` hidden under a tmpfs in a private
+   mount namespace, ``CUDA_HOME`` unset): the CPU package, with one notice;
+2. the README's build command exactly as written: adds the variant of the host CUDA toolkit;
+3. the linux-ppc64le cross build (Debian's cross compiler, a private ppc64el sysroot).
+
+Then the packages are installed from the channel with py-rattler and their LMS tests run (the
+ppc64le ones under qemu-user), and the CPU package goes through an authenticated HTTP channel.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from lmsforge import build, channel, recipes
+from lmsforge import build, build_plan, channel, debian, emulation, recipes, toolchain
+from lmsforge.commands import build as build_command
 from lmsforge.errors import UsageError
+from conftest import REPO_ROOT, real_test_cache
 from test_channel import TOKEN, ChannelServer, write_auth_file
-
-
-@pytest.fixture(scope="module")
-def pytorch_tree(pytorch_v260_lms_tree: Path) -> Path:
-    """The real PyTorch v2.6.0 tree with the LMS series applied (for the LMS tests to exist)."""
-    return pytorch_v260_lms_tree
-
 
 SERIES = recipes.SeriesIdentity(
     "pytorch", "v2.6.0", "a" * 64,
     {"kind": "archive", "archive": "pytorch_2.6.0+dfsg.orig.tar.xz",
      "sha256": "099a9601bc40d67656e75735c44abedb0fbe92d08817852ab7472eebb7e6ddff"})
+
+
+def readme_command(program: str) -> list[str]:
+    """The `lmsforge PROGRAM …` step of the README's main command, exactly as written there."""
+    text = (REPO_ROOT / "README.md").read_text()
+    found = re.search(rf"lmsforge {program} [^&\n`]*", text)
+    assert found, f"the README has no `lmsforge {program}` command"
+    return shlex.split(found.group(0).strip())
+
+
+def lmsforge(args: list[str], cwd: Path, *, env: dict[str, str] | None = None,
+             wrap: list[str] | None = None) -> subprocess.CompletedProcess:
+    """Run the real CLI (ARGS begins with "lmsforge") in a subprocess on the shared test cache."""
+    command = [*(wrap or []), sys.executable, "-m", "lmsforge", *args[1:]]
+    environment = {**os.environ, "LMSFORGE_CACHE_DIR": str(real_test_cache()), **(env or {})}
+    start = time.monotonic()
+    proc = subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True)
+    print(f"\n$ {' '.join(args)}  [{time.monotonic() - start:.0f} s, exit {proc.returncode}]\n"
+          f"{proc.stdout}{proc.stderr}")
+    return proc
+
+
+def without_cuda() -> tuple[list[str], dict[str, str], str]:
+    """How to run with no CUDA toolkit at all: a tmpfs over /usr/local/cuda in a private mount
+    namespace where that works (root), else CUDA_HOME naming an empty folder."""
+    env = {"CUDA_HOME": "", "CUDA_PATH": "",
+           "PATH": os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                   if "cuda" not in p)}
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs tmpfs /usr/local/cuda"],
+                           capture_output=True) if shutil.which("unshare") else None
+    if probe is not None and probe.returncode == 0:
+        wrap = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs tmpfs /usr/local/cuda && exec "$@"',
+                "sh"]
+        return wrap, env, "/usr/local/cuda hidden by a tmpfs (unshare -m)"
+    empty = Path(os.environ.get("TMPDIR", "/tmp")) / "lmsforge-no-cuda"
+    empty.mkdir(exist_ok=True)
+    return [], {**env, "CUDA_HOME": str(empty)}, f"CUDA_HOME={empty} (no mount namespace here)"
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory, real_cache_dir: Path) -> Path:
+    """The folder the README's commands run in; its lms-channel collects every build below."""
+    return tmp_path_factory.mktemp("readme")
+
+
+@pytest.fixture(scope="module")
+def builds(work: Path) -> dict[str, subprocess.CompletedProcess]:
+    """Every build of this module, in order, into WORK/lms-channel."""
+    readme = readme_command("build")
+    wrap, env, how = without_cuda()
+    print(f"\nno CUDA toolkit: {how}")
+    results = {"no-cuda": lmsforge(readme, work, env=env, wrap=wrap)}
+    results["readme"] = lmsforge(readme, work)
+    results["ppc64le"] = lmsforge([*readme, "--platform", "linux-ppc64le"], work)
+    results["again"] = lmsforge(readme, work)
+    return results
+
+
+def _packages(work: Path, subdir: str) -> list[Path]:
+    return sorted((work / "lms-channel" / subdir).glob("pytorch-lms-core-*.conda"))
 
 
 def test_building_a_series_that_failed_verify_is_refused():
@@ -37,58 +108,155 @@ def test_unsupported_variant_is_refused_before_anything_is_built(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_core_cuda_variant_needs_the_matching_host_toolkit(tmp_path):
-    rendered = recipes.render("pytorch", "v2.6.0", "core", "linux-64", tmp_path / "r",
-                              series=SERIES, variants={"cuda_version": ["12.4"]})
-    found = build.host_cuda_version()
-    if found and found[:2] == (12, 4):
-        pytest.skip("this host has CUDA 12.4: the CUDA core variant would really build")
-    with pytest.raises(UsageError, match="builds with the host CUDA toolkit"):
-        build.build_variant(rendered, {"cuda_version": "12.4"}, tmp_path / "out")
-    assert not list((tmp_path / "out").rglob("*.conda"))
+def test_a_cuda_variant_the_host_cannot_build_is_refused_before_anything_starts(tmp_path):
+    cuda = toolchain.host_cuda("linux-64")
+    other = "12.4" if cuda is None or not cuda.matches("12.4") else "12.6"
+    result = lmsforge(["lmsforge", "build", "--framework", "pytorch", "--tag", "v2.6.0",
+                       "--variant", f"cuda={other}", "--channel", "ch"], tmp_path)
+    assert result.returncode == 2
+    [line] = [l for l in result.stderr.splitlines() if "error" in l]
+    assert f"CUDA {other} variant builds with the host CUDA toolkit" in line
+    assert not (tmp_path / "ch").exists()  # nothing fetched, built or published
 
 
 @pytest.mark.slow
-def test_core_package_built_published_installed_and_tested(pytorch_tree, tmp_path, monkeypatch,
+def test_with_no_cuda_toolkit_build_makes_the_cpu_package_with_one_notice(builds, work):
+    result = builds["no-cuda"]
+    assert result.returncode == 0, result.stderr
+    [notice] = [l for l in result.stdout.splitlines() if l.startswith("notice:")]
+    assert "no CUDA toolkit here" in notice and "building the CPU core package" in notice
+    assert "Traceback" not in result.stdout + result.stderr
+    built = [l for l in result.stdout.splitlines() if l.startswith("built ")]
+    assert len(built) == 1 and "linux-64/pytorch-lms-core-2.6.0-cpu_lms_h" in built[0]
+
+
+@pytest.mark.slow
+def test_readme_build_command_adds_the_host_cuda_variant(builds, work):
+    result = builds["readme"]
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    cuda = toolchain.host_cuda("linux-64")
+    core_cudas = recipes.load_variants("pytorch", "v2.6.0").allowed("cuda_version", "linux-64",
+                                                                    "core")
+    expected = next((v for v in core_cudas if v != "None" and cuda and cuda.matches(v)), None)
+    names = [p.name for p in _packages(work, "linux-64")]
+    assert sum(n.startswith("pytorch-lms-core-2.6.0-cpu_lms_h") for n in names) == 1
+    if expected is None:
+        pytest.skip(f"host CUDA toolkit {cuda} is not a core variant: nothing more to build")
+    tag = "cuda" + expected.replace(".", "")
+    [package] = [p for p in _packages(work, "linux-64") if p.name.split("-")[-1].startswith(tag)]
+    extra = build.package_identity(package)
+    assert extra["cuda_version"] == expected and extra["platform"] == "linux-64"
+    assert extra["toolchain"].endswith("(native)")
+    contents = build.PackageContents.open(package)
+    assert "lib/libc10_cuda.so" in contents.payload
+    shipped = json.loads(contents.payload["share/lmsforge/pytorch-lms-core.json"])
+    assert shipped["cuda_version"] == expected and shipped["series_hash"] == extra["series_hash"]
+    assert any("__cuda" in dep for dep in contents.index["depends"])
+    assert "already in the channel" in result.stdout  # the CPU package of the run before
+
+
+@pytest.mark.slow
+def test_packages_are_world_readable_and_one_channel_indexes_both_platforms(builds, work):
+    assert builds["ppc64le"].returncode == 0, builds["ppc64le"].stderr
+    channel_dir = work / "lms-channel"
+    for subdir in ("linux-64", "linux-ppc64le"):
+        packages = _packages(work, subdir)
+        assert packages, f"nothing in {subdir}"
+        listed = json.loads((channel_dir / subdir / "repodata.json").read_text())
+        assert sorted(listed["packages.conda"]) == [p.name for p in packages]
+        for package in packages:
+            assert stat.S_IMODE(package.stat().st_mode) == 0o644, package
+    assert (channel_dir / "noarch" / "repodata.json").is_file()
+    assert not (channel_dir / "bld").exists() and not (channel_dir / "src_cache").exists()
+
+
+@pytest.mark.slow
+def test_ppc64le_package_records_platform_and_cross_toolchain(builds, work):
+    result = builds["ppc64le"]
+    assert "PowerPC64" in result.stdout  # the audit: every ELF file is for the target
+    [package] = _packages(work, "linux-ppc64le")
+    assert "-cpu_lms_h" in package.name
+    extra = build.package_identity(package)
+    assert extra["platform"] == "linux-ppc64le" and extra["cuda_version"] == "none (CPU)"
+    assert extra["toolchain"].startswith("powerpc64le-linux-gnu-g++")
+    assert extra["toolchain"].endswith("(cross from linux-64)")
+    assert "ppc64el" in extra["sysroot"] and "libcpuinfo0" in extra["sysroot"]
+    contents = build.PackageContents.open(package)
+    assert contents.index["subdir"] == "linux-ppc64le"
+    assert "lib/libcpuinfo.so.0" in contents.payload and "bin/lms_core_tests" in contents.payload
+
+
+@pytest.mark.slow
+def test_rebuilding_into_the_same_channel_rebuilds_nothing(builds):
+    result = builds["again"]
+    assert result.returncode == 0, result.stderr
+    assert "already in the channel" in result.stdout
+    assert not [l for l in result.stdout.splitlines() if l.startswith("built ")]
+
+
+@pytest.mark.slow
+def test_a_channel_package_from_another_series_is_refused_before_building(builds, work,
+                                                                          tmp_path):
+    rendered = recipes.render("pytorch", "v2.6.0", "core", "linux-64", tmp_path / "r",
+                              series=SERIES, variants={"cuda_version": ["None"]})
+    plan = build_plan.plan("core", "linux-64", rendered.matrix, None)
+    with pytest.raises(UsageError, match="already has pytorch-lms-core-2.6.0-cpu_lms_h.*"
+                                         "raise lms_build_number"):
+        build_command._not_yet_in_channel(rendered, plan, work / "lms-channel", SERIES)
+
+
+@pytest.mark.slow
+def test_readme_test_command_passes_from_the_channel(builds, work):
+    result = lmsforge(readme_command("test"), work)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"lms_core_tests: [1-9]\d* passed, 0 failed", result.stdout)
+
+
+@pytest.fixture(scope="module")
+def qemu() -> None:
+    """qemu-user and the ppc64el runtime: declared inputs of the emulated tests, installed here
+    (as root, with one line naming them) because `lmsforge test` never installs anything."""
+    packages = emulation.TARGETS["linux-ppc64le"].debian_packages
+    if os.geteuid() != 0 and debian.missing_packages(packages):
+        pytest.skip(f"not root: cannot install {' '.join(packages)} for the emulated tests")
+    debian.ensure_packages(packages, "the linux-ppc64le LMS tests under emulation")
+
+
+@pytest.mark.slow
+def test_ppc64le_package_installs_from_the_channel_and_its_lms_tests_pass_under_qemu(builds,
+                                                                                     work, qemu):
+    result = lmsforge([*readme_command("test"), "--platform", "linux-ppc64le"], work)
+    assert result.returncode == 0, result.stderr
+    assert "pytorch-lms-core=2.6.0=cpu_lms_" in result.stdout and "qemu-ppc64le" in result.stdout
+    assert re.search(r"lms_core_tests: [1-9]\d* passed, 0 failed", result.stdout)
+
+
+@pytest.mark.slow
+def test_ppc64le_tests_without_qemu_are_a_one_line_skip_never_a_pass(builds, work):
+    venv_bin = str(Path(sys.executable).parent)
+    result = lmsforge([*readme_command("test"), "--platform", "linux-ppc64le"], work,
+                      env={"PATH": venv_bin})
+    assert result.returncode == 1
+    [line] = [l for l in result.stderr.splitlines() if l.startswith("lmsforge: error")]
+    assert "skipped: linux-ppc64le LMS tests not run" in line and "qemu-user" in line
+    assert "passed" not in result.stdout
+
+
+@pytest.mark.slow
+def test_cpu_package_through_an_authenticated_http_channel(builds, work, tmp_path, monkeypatch,
                                                            capfd):
-    rendered = recipes.render("pytorch", "v2.6.0", "core", "linux-64", tmp_path / "recipe",
-                              series=SERIES, source_tree=pytorch_tree,
-                              variants={"cuda_version": ["None"]})
-    result = build.build_variant(rendered, {"cuda_version": "None"}, tmp_path / "out", jobs=2)
-    [package] = result.packages
-    print(f"\ncore package {package.path.name}: {package.size} bytes, "
-          f"built in {result.seconds:.0f} s")
-    assert package.name == "pytorch-lms-core" and package.build_string.startswith("cpu_lms_h")
-    assert any("license files" in line for line in result.audit)
-    assert any("all x86-64" in line for line in result.audit)
-    identity = build.package_identity(package.path)
-    assert identity["series_hash"] == "a" * 64
-    assert identity["upstream_sha256"] == SERIES.upstream["sha256"]
-
-    folder = tmp_path / "channel"
-    channel.publish([package.path], folder)
-    tested = build.test_installed_core([folder], tmp_path / "prefix-folder", gpu=False,
-                                       cache_dir=tmp_path / "cache")
-    _check_tests(tested)
-
+    [package] = [p for p in _packages(work, "linux-64") if "-cpu_lms_h" in p.name]
     served = tmp_path / "served"
     with ChannelServer(served, token=TOKEN) as server:
         monkeypatch.setenv("RATTLER_AUTH_FILE", str(write_auth_file(
             tmp_path / "auth.json", server.url, {"BearerToken": TOKEN})))
-        channel.publish([package.path], server.url)
-        tested_http = build.test_installed_core([server.url], tmp_path / "prefix-http", gpu=False,
-                                                cache_dir=tmp_path / "cache-http")
-    _check_tests(tested_http)
-    out, err = capfd.readouterr()
-    assert TOKEN not in out + err
-    print(out)
-
-
-def _check_tests(tested: build.InstalledTestResult) -> None:
+        channel.publish([package], server.url)
+        tested = build.test_installed_core([server.url], tmp_path / "prefix-http", gpu=False,
+                                           cache_dir=tmp_path / "cache-http")
     assert tested.mode == "cpu" and tested.package.startswith("pytorch-lms-core=2.6.0=cpu_lms_")
-    assert tested.identity["series_hash"] == "a" * 64
     [core] = tested.programs
-    print(f"{tested.prefix.name}: {core.program}: {core.passed} passed, {core.failed} failed, "
-          f"{core.skipped} skipped ({tested.why})")
     assert core.passed > 0 and core.failed == 0, core.failures
     assert (tested.prefix / "lib" / "libc10.so").is_file()
+    out, err = capfd.readouterr()
+    assert TOKEN not in out + err

@@ -183,7 +183,8 @@ def unrelated_repo(env: Env) -> None:
 
 
 def apply_into(*parts: str) -> Setup:
-    return lambda env: ["apply", "-f", "toy", "-t", "v1.0.0", "--into", str(env.root.joinpath(*parts))]
+    return lambda env: ["apply", "-f", "toy", "-t", "v1.0.0", "--into",
+                        str(env.root.joinpath(*parts))]
 
 
 def read_only_cache(env: Env) -> None:
@@ -432,7 +433,8 @@ CASES: list[Case] = [
          "patch-id differs"),
     Case("A08", then(rewrite("0020-allocator-hook.patch",
                              lambda d: d.replace(b"Reclaim in the allocator", b"Reclaim more", 1)),
-                     verify()), 2, "0020-allocator-hook.patch: its subject is not the one exported"),
+                     verify()), 2,
+         "0020-allocator-hook.patch: its subject is not the one exported"),
     Case("A09", then(lambda env: (rewrite("0020-allocator-hook.patch", edit_added_line)(env),
                                   recompute_ids(env)), verify()), 1,
          "re-exporting the branch changes"),
@@ -456,7 +458,8 @@ CASES: list[Case] = [
          "the `series` order file is missing"),
     Case("A15", then(edit_manifest(lambda d: d.update(base="1" * 40)), verify()), 2,
          "`base` 111111111111 is not the commit the patch files were exported on"),
-    Case("A16", then(series_copied_to_v2, lambda env: ["apply", "-f", "toy", "-t", "v2.0.0", "--into",
+    Case("A16", then(series_copied_to_v2,
+                     lambda env: ["apply", "-f", "toy", "-t", "v2.0.0", "--into",
                                   str(env.root / "v2-tree")]), 2,
          "0030-storage-hook.patch does not apply: src/storage.h hunk 1",
          check=absent("v2-tree")),
@@ -472,17 +475,18 @@ CASES: list[Case] = [
     Case("A20", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--archive",
                              str(env.archive)], 2, "declares no source archive",
          check=cache_has_no_trees),
-    Case("A21", lambda env: ["apply", "-f", "", "-t", "v1.0.0"], 2, "empty value"),
-    Case("A21b", lambda env: ["apply", "-f", "toy", "-t", ""], 2, "empty value"),
+    Case("A21", lambda env: ["apply", "-f", "", "-t", "v1.0.0"], 2, "must not be empty"),
+    Case("A21b", lambda env: ["apply", "-f", "toy", "-t", ""], 2, "must not be empty"),
     Case("A21c", lambda env: ["apply", "-f", "toy", "-t", "v1.0.0", "--into", ""], 2,
-         "empty value"),
-    Case("A22", lambda env: ["verify", "-t", "", "-f", "toy"], 2, "empty value",
+         "must not be empty"),
+    Case("A22", lambda env: ["verify", "-t", "", "-f", "toy"], 2, "must not be empty",
          check=cache_has_no_trees),
-    Case("A22b", lambda env: ["verify", "-f", ""], 2, "empty value", check=cache_has_no_trees),
-    Case("A22c", lambda env: ["--cache-dir", "", "list"], 2, "empty value"),
-    Case("A22d", lambda env: ["--patches-dir", "", "list"], 2, "empty value"),
+    Case("A22b", lambda env: ["verify", "-f", ""], 2, "must not be empty",
+         check=cache_has_no_trees),
+    Case("A22c", lambda env: ["--cache-dir", "", "list"], 2, "must not be empty"),
+    Case("A22d", lambda env: ["--patches-dir", "", "list"], 2, "must not be empty"),
     Case("A24", lambda env: ["verify", "-f", "toy", "-t", "v1.0.0", "--report", ""], 2,
-         "empty value", check=cache_has_no_trees),
+         "must not be empty", check=cache_has_no_trees),
     Case("A24b", lambda env: ["verify", "-f", "toy", "-t", "v1.0.0", "--report",
                               str(env.root / "missing" / "r.json")], 2,
          "does not exist; create it first", check=cache_has_no_trees),

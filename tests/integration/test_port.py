@@ -9,37 +9,17 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
-from fixtures import commit_patch, git, lmsforge, one_line_error, snapshot
-
-
-def cli(toy, *args: str):
-    return lmsforge("--patches-dir", str(toy["patches"]), *args)
-
-
-def port(toy, into: Path, *args: str):
-    return cli(toy, "port", "--into", str(into), *args)
-
-
-def start(toy, to: str, into: Path, *extra: str):
-    return port(toy, into, "-f", "toy", "--from", "v1.0.0", "--to", to, "--source", "git",
-                *extra)
+from fixtures import commit_patch, git, one_line_error, snapshot
+from port_helpers import cli, port, reexport_on_git, resolve_storage, start, stop_line
 
 
 @pytest.fixture
 def git_series(toy_series):
-    """The toy series re-exported on the git source, so A and B share upstream history."""
-    tree = toy_series["work"] / "git-tree"
-    result = cli(toy_series, "apply", "-f", "toy", "-t", "v1.0.0", "--source", "git", "--into",
-                 str(tree))
-    assert result.exit_code == 0, result.output
-    assert cli(toy_series, "export", "-f", "toy", "-t", "v1.0.0", "--tree",
-               str(tree)).exit_code == 0
-    return toy_series
+    return reexport_on_git(toy_series)
 
 
 def test_clean_port_with_moved_context(git_series, tmp_path):
@@ -52,7 +32,7 @@ def test_clean_port_with_moved_context(git_series, tmp_path):
     assert [p["id"] for p in manifest["patches"]] == ["lms-core", "allocator-hook",
                                                        "storage-hook"]
     report = (folder / "PORT-REPORT.md").read_text()
-    assert "| 0020-allocator-hook.patch | picked |" in report
+    assert "| allocator-hook | 0020-allocator-hook.patch | picked |" in report
     assert "Range diff" in report
     # The new series verifies on its own tag, round trip included.
     verify = cli(git_series, "verify", "-f", "toy", "-t", "v1.1.0", "--source", "git")
@@ -66,7 +46,7 @@ def test_conflicting_port_stops_with_report_and_exit_3(git_series, tmp_path):
     before = snapshot(git_series["patches"])
     result = start(git_series, "v2.0.0", into)
     assert result.exit_code == 3
-    line = one_line_error(result)
+    line = stop_line(result)
     assert "port stopped at 0030-storage-hook.patch: conflicts in src/storage.h (lines " in line
     culprit = git(git_series["upstream"], "rev-parse", "v2.0.0")
     assert f"first breaking upstream commit {culprit[:12]} (toy 2.0.0: rename size)" in line
@@ -76,21 +56,17 @@ def test_conflicting_port_stops_with_report_and_exit_3(git_series, tmp_path):
     assert "→ 0030-storage-hook.patch" in status.stdout
 
 
-def _resolve_storage(into: Path) -> None:
-    (into / "src" / "storage.h").write_text(
-        "struct storage {\n  void *data;\n  size_t n;\n  void *lms;\n};\n")
-
-
 def test_continue_refuses_markers_then_finishes(git_series, tmp_path):
     into = tmp_path / "port"
     assert start(git_series, "v2.0.0", into).exit_code == 3
     refused = port(git_series, into, "--continue")
     assert refused.exit_code == 2 and "conflict markers" in one_line_error(refused)
-    _resolve_storage(into)
+    resolve_storage(into)
     result = port(git_series, into, "--continue")
     assert result.exit_code == 0, result.output
     folder = git_series["patches"] / "toy" / "v2.0.0"
-    assert "| 0030-storage-hook.patch | resolved |" in (folder / "PORT-REPORT.md").read_text()
+    report = (folder / "PORT-REPORT.md").read_text()
+    assert "| storage-hook | 0030-storage-hook.patch | resolved |" in report
     assert cli(git_series, "verify", "-f", "toy", "-t", "v2.0.0", "--source",
                "git").exit_code == 0
     # The resolution is saved in the repository for every later port.
@@ -100,7 +76,7 @@ def test_continue_refuses_markers_then_finishes(git_series, tmp_path):
 def test_recorded_resolution_replays_on_the_next_port(git_series, tmp_path):
     first = tmp_path / "first"
     assert start(git_series, "v2.0.0", first).exit_code == 3
-    _resolve_storage(first)
+    resolve_storage(first)
     assert port(git_series, first, "--continue").exit_code == 0
     series_b = git_series["patches"] / "toy" / "v2.0.0"
     produced = (series_b / "0030-storage-hook.patch").read_bytes()
@@ -110,7 +86,7 @@ def test_recorded_resolution_replays_on_the_next_port(git_series, tmp_path):
     result = start(git_series, "v2.0.0", second)
     assert result.exit_code == 0, result.output
     report = (series_b / "PORT-REPORT.md").read_text()
-    assert "| 0030-storage-hook.patch | rerere |" in report
+    assert "| storage-hook | 0030-storage-hook.patch | rerere |" in report
     assert (series_b / "0030-storage-hook.patch").read_bytes() == produced
 
 
@@ -191,7 +167,7 @@ def test_port_resumes_after_the_process_was_killed(git_series, tmp_path):
     # Whatever was half done, --continue (then a resolution and --continue) completes the port.
     result = port(git_series, into, "--continue")
     if result.exit_code == 3:
-        _resolve_storage(into)
+        resolve_storage(into)
         result = port(git_series, into, "--continue")
     assert result.exit_code == 0, result.output
     manifest = yaml.safe_load((git_series["patches"] / "toy" / "v2.0.0" /
@@ -227,5 +203,27 @@ def test_risk_table_does_not_count_files_the_series_adds(git_series, tmp_path):
     result = start(git_series, "v1.1.0", tmp_path / "port")
     assert result.exit_code == 0, result.output
     report = (git_series["patches"] / "toy" / "v1.1.0" / "PORT-REPORT.md").read_text()
-    assert "| 0040-lms-core-tuning.patch | 0 | 0 | 0 | none (new files only) |" in report, report
-    assert "| 0020-allocator-hook.patch | 1 |" in report
+    assert ("| lms-core-tuning | 0040-lms-core-tuning.patch | 0 | 0 | 0 | none (new files only) "
+            "| — |") in report, report
+    assert "| allocator-hook | 0020-allocator-hook.patch | 1 |" in report
+
+
+def test_a_recorded_resolution_replays_across_an_upstream_rename(git_series, tmp_path):
+    """rerere's resolution for storage.h resolves the same conflict in the renamed file."""
+    first = tmp_path / "first"
+    assert start(git_series, "v2.0.0", first).exit_code == 3
+    resolve_storage(first)
+    assert port(git_series, first, "--continue").exit_code == 0
+    upstream = git_series["upstream"]
+    git(upstream, "checkout", "-q", "v2.0.0")
+    git(upstream, "mv", "src/storage.h", "src/storage_impl.h")
+    git(upstream, "commit", "-q", "-m", "storage: new file name")
+    git(upstream, "tag", "v2.1.0")
+    result = start(git_series, "v2.1.0", tmp_path / "second")
+    assert result.exit_code == 0, result.output
+    folder = git_series["patches"] / "toy" / "v2.1.0"
+    report = (folder / "PORT-REPORT.md").read_text()
+    assert "| storage-hook | 0030-storage-hook.patch | rerere |" in report
+    assert "src/storage.h → src/storage_impl.h" in report
+    patch = (folder / "0030-storage-hook.patch").read_text()
+    assert "+++ b/src/storage_impl.h" in patch and "+  void *lms;" in patch

@@ -57,7 +57,8 @@ def _hidden_toolkit_usable() -> str | None:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         return "needs root and unshare to hide the CUDA toolkit in a mount namespace"
     if not (TOOLKIT / "include" / "cuda_runtime_api.h").is_file():
-        return "no toolkit at /usr/local/cuda to hide (this host has none: the other tests cover it)"
+        return ("no toolkit at /usr/local/cuda to hide (this host has none: the other tests "
+                "cover it)")
     probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs none {TOOLKIT}"],
                            capture_output=True)
     return None if probe.returncode == 0 else "mount namespaces are not allowed here"

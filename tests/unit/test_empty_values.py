@@ -30,7 +30,7 @@ def test_empty_value_is_refused(command, option, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = lmsforge(*([option, ""] + command if not command else [*command, option, ""]))
     assert result.exit_code == 2, result.output
-    assert "an empty value is not allowed" in result.output
+    assert "must not be empty" in result.output
     assert snapshot(tmp_path) == {}  # nothing was made in the current folder
 
 

@@ -1,7 +1,10 @@
 """Build c10 (+ c10_cuda) from a PyTorch tree and run the LMS googletest programs.
 
-    python3 -m lmsforge.verify.pytorch_c10 --tree DIR --build-dir DIR [--tests core|cuda|all]
-        [--jobs N] [--no-cuda] [-- GTEST_ARGS...]
+    python3 -m lmsforge.verify.pytorch_c10 --tree DIR --build-dir DIR
+        [--tests core|cuda|sim|all] [--jobs N] [--no-cuda] [-- GTEST_ARGS...]
+
+`--tests sim` runs the CUDA tests against lmsforge's simulated CUDA runtime once, with the
+simulator's settings from the environment (LMS_SIM_SEED=N replays a core-sim seed).
 """
 
 from __future__ import annotations
@@ -26,16 +29,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path, required=True, help="PyTorch source tree")
     parser.add_argument("--build-dir", type=Path, required=True)
-    parser.add_argument("--tests", choices=("none", "core", "cuda", "all"), default="none")
+    parser.add_argument("--tests", choices=("none", "core", "cuda", "sim", "all"),
+                        default="none")
     parser.add_argument("--jobs", "-j", type=int, default=2)
     parser.add_argument("--no-cuda", action="store_true", help="build c10 only")
     parser.add_argument("--cache-dir", type=Path, default=None)
     args = parser.parse_args(args_list)
 
-    suites = {"none": [], "core": ["core"], "cuda": ["cuda"], "all": ["core", "cuda"]}[args.tests]
-    if args.no_cuda and "cuda" in suites:
-        parser.error("--tests cuda needs the CUDA build; drop --no-cuda")
+    suites = {"none": [], "core": ["core"], "cuda": ["cuda"], "sim": ["sim"],
+              "all": ["core", "cuda"]}[args.tests]
+    if args.no_cuda and set(suites) & {"cuda", "sim"}:
+        parser.error(f"--tests {args.tests} needs the CUDA build; drop --no-cuda")
     targets = ["c10"] if args.no_cuda else list(build.LIBRARIES)
+    if "sim" in suites:
+        targets = list(build.SIM_LIBRARIES)
     for suite in suites:
         if not build.test_sources(args.tree, suite):
             print(f"error: no test sources {build.SUITES[suite].sources} in {args.tree}")

@@ -16,6 +16,11 @@ from lmsforge.verify.pytorch_c10.process import run_logged
 
 CMAKE_DIR = Path(__file__).resolve().parent
 LIBRARIES = ("c10", "c10_cuda")
+# The same c10_cuda objects linked against lmsforge's simulated CUDA runtime (core-sim).
+SIM_LIBRARIES = ("c10", "c10_cuda_sim")
+# bench/ of a source checkout: built for the simulator by core-sim (bench/CMakeLists.txt).
+BENCH_DIR = CMAKE_DIR.parents[2] / "bench"
+SIM_BENCHMARKS = ("lms_bench_copy_sim", "lms_bench_oversub_sim")
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,7 @@ class TestSuite:
 SUITES = {
     "core": TestSuite("lms_core_tests", "c10/test/core/LargeModelSupport*_test.cpp", False),
     "cuda": TestSuite("lms_cuda_tests", "c10/cuda/test/LargeModelSupport*_test.cpp", True),
+    "sim": TestSuite("lms_cuda_tests_sim", "c10/cuda/test/LargeModelSupport*_test.cpp", True),
 }
 
 
@@ -48,6 +54,24 @@ def _forget_foreign_configuration(build_dir: Path) -> None:
             if Path(line.split("=", 1)[1]).resolve() != Path(CMAKE_DIR).resolve():
                 shutil.rmtree(build_dir)
             return
+
+
+# The benchmarks use c10's CachingDeviceAllocator statistics API (PyTorch 2.x).
+BENCH_NEEDS = "c10/core/CachingDeviceAllocator.h"
+
+
+def have_benchmarks() -> bool:
+    """Whether bench/ is here (a source checkout of lmsforge, not an installed package)."""
+    return (BENCH_DIR / "CMakeLists.txt").is_file()
+
+
+def benchmarks_unavailable(tree: Path) -> str:
+    """Why the benchmarks cannot be built for TREE, or "" when they can."""
+    if not have_benchmarks():
+        return "no bench/ beside lmsforge (not a source checkout)"
+    if not (tree / BENCH_NEEDS).is_file():
+        return f"they use {BENCH_NEEDS} (PyTorch 2.x), which this tree lacks"
+    return ""
 
 
 def test_sources(tree: Path, suite: str) -> list[Path]:
@@ -72,7 +96,8 @@ def build(tree: Path, build_dir: Path, targets: Sequence[str], *, cache_root: Pa
         configure += [f"-DCUDAToolkit_ROOT={cuda_root}",
                       f"-DCUDAToolkit_INCLUDE_DIR={cuda_root / 'include'}",
                       f"-DCUDA_cudart_LIBRARY={cuda_root / 'lib64' / 'libcudart.so'}",
-                      f"-DNVML_INCLUDE_DIR={inputs.nvml_include_dir(cache_root)}"]
+                      f"-DNVML_INCLUDE_DIR={inputs.nvml_include_dir(cache_root)}",
+                      f"-DLMS_BENCH_DIR={BENCH_DIR if have_benchmarks() else ''}"]
     _forget_foreign_configuration(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
     log = log or build_dir / "build.log"

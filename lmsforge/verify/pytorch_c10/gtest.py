@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from lmsforge.errors import CheckFailed
 from lmsforge.verify.levels import Timer
@@ -20,6 +20,7 @@ class GtestReport(NamedTuple):
     skipped: int
     disabled: int
     failures: tuple[str, ...]  # "Suite.Test" of every failed test
+    skips: tuple[str, ...] = ()  # "Suite.Test" of every skipped test
 
 
 class GtestRun(NamedTuple):
@@ -30,8 +31,8 @@ class GtestRun(NamedTuple):
 
 
 def parse_gtest_json(text: str) -> GtestReport:
-    passed = skipped = disabled = 0
-    failures = []
+    passed = disabled = 0
+    failures, skips = [], []
     for suite in json.loads(text).get("testsuites", []):
         for test in suite.get("testsuite", []):
             name = f"{suite['name']}.{test['name']}"
@@ -40,21 +41,24 @@ def parse_gtest_json(text: str) -> GtestReport:
             elif test.get("failures"):
                 failures.append(name)
             elif test.get("result") == "SKIPPED":
-                skipped += 1
+                skips.append(name)
             else:
                 passed += 1
-    return GtestReport(passed, len(failures), skipped, disabled, tuple(failures))
+    return GtestReport(passed, len(failures), len(skips), disabled, tuple(failures), tuple(skips))
 
 
 def run_gtest(binary: Path, *, log: Path, json_path: Path | None = None,
               extra_args: Sequence[str] = (), timeout: float = DEFAULT_TIMEOUT_S,
-              echo: bool = False, append: bool = False) -> GtestRun:
-    """Run BINARY; a crash, a hang or a missing report raises, failed tests do not."""
+              echo: bool = False, append: bool = False,
+              env: Mapping[str, str] | None = None,
+              launcher: Sequence[str] = ()) -> GtestRun:
+    """Run BINARY (after LAUNCHER, e.g. an emulator; with ENV added to the environment); a
+    crash, a hang or a missing report raises, failed tests do not."""
     json_path = json_path or log.with_suffix(".json")
     json_path.unlink(missing_ok=True)  # a stale report must never stand in for this run
+    command = [*launcher, binary, f"--gtest_output=json:{json_path}", *extra_args]
     with open(log, "a" if append else "w") as out, Timer() as timer:
-        finished = run_logged([binary, f"--gtest_output=json:{json_path}", *extra_args], out,
-                              echo=echo, timeout=timeout)
+        finished = run_logged(command, out, echo=echo, timeout=timeout, env=env)
     if finished.timed_out:
         raise CheckFailed(f"{binary.name} did not finish within {timeout:.0f} s; "
                           f"full log: {log}")

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import IO, NamedTuple, Sequence
+from typing import IO, Mapping, NamedTuple, Sequence
 
 
 class Finished(NamedTuple):
@@ -17,12 +17,15 @@ class Finished(NamedTuple):
 
 
 def run_logged(cmd: Sequence[str], log: IO[str], *, echo: bool = False,
-               timeout: float | None = None) -> Finished:
-    log.write(f"$ {' '.join(str(part) for part in cmd)}\n")
+               timeout: float | None = None, env: Mapping[str, str] | None = None) -> Finished:
+    """Run CMD with ENV added to this process's environment (both logged)."""
+    settings = "".join(f"{key}={value} " for key, value in (env or {}).items())
+    log.write(f"$ {settings}{' '.join(str(part) for part in cmd)}\n")
     log.flush()
     proc = subprocess.Popen([str(part) for part in cmd], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace",
-                            start_new_session=True)
+                            start_new_session=True,
+                            env={**os.environ, **env} if env else None)
     timed_out = threading.Event()
 
     def kill() -> None:

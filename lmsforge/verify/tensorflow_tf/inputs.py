@@ -1,4 +1,4 @@
-"""The build inputs of the TensorFlow levels that are not in the TensorFlow tree (``environment.md``).
+"""The TensorFlow levels' build inputs from outside the TensorFlow tree (``environment.md``).
 
 Headers, absl, Eigen, protobuf and ``libtensorflow_framework.so.2`` come from the official
 ``tensorflow==2.14.1`` wheel, downloaded once into ``<cache>/wheels`` and unpacked there (only

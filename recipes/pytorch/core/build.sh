@@ -1,12 +1,18 @@
 #!/bin/bash
 # Builds c10 (+ c10_cuda) and the LMS test programs with lmsforge's standalone CMake description
-# (lmsforge/verify/pytorch_c10), using the host toolchain: see the comment in recipe.yaml.
+# (lmsforge/verify/pytorch_c10), using the toolchain lmsforge prepared: see recipe.yaml.
 set -euo pipefail
 
 cuda=OFF
 extra=()
+if [ "${target_platform}" != "${build_platform}" ]; then
+  # A cross build: the compilers and target libraries come from lmsforge's toolchain file.
+  toolchain=${LMS_CMAKE_TOOLCHAIN:?a cross build for ${target_platform} needs LMS_CMAKE_TOOLCHAIN}
+  extra+=("-DCMAKE_TOOLCHAIN_FILE=${toolchain}")
+fi
 if [ "${LMS_CUDA_VERSION}" != "None" ]; then
   cuda=ON
+  extra+=("-DCUDAToolkit_ROOT=${LMS_CUDA_HOME:?the CUDA variant needs LMS_CUDA_HOME}")
   extra+=("-DNVML_INCLUDE_DIR=${LMS_NVML_INCLUDE_DIR:?the CUDA variant needs LMS_NVML_INCLUDE_DIR}")
 fi
 
@@ -22,9 +28,11 @@ for program in lms_core_tests lms_cuda_tests; do
     cp "build/${program}" "${PREFIX}/bin/"
   fi
 done
-# The host's libcpuinfo travels with the package (it is not in any channel we can reach).
-cpuinfo=$(ldd build/libc10.so | awk '/libcpuinfo/ {print $3}')
-if [ -n "${cpuinfo}" ]; then
-  cp -L "${cpuinfo}" "${PREFIX}/lib/"
-fi
-printf '%s\n' "${LMS_IDENTITY_JSON}" > "${PREFIX}/share/lmsforge/${PKG_NAME}.json"
+# The libcpuinfo c10 linked against (the host's, or the sysroot's for a cross build) travels with
+# the package under its soname: it is not in any channel we can reach.
+cpuinfo=$(sed -n 's/^CPUINFO_LIBRARY:FILEPATH=//p' build/CMakeCache.txt)
+soname=$(readelf -d "${cpuinfo}" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+cp -L "${cpuinfo}" "${PREFIX}/lib/${soname:?no soname in ${cpuinfo}}"
+# The identity lmsforge rendered, plus this variant's CUDA version.
+printf '%s\n' "${LMS_IDENTITY_JSON%\}}, \"cuda_version\": \"${LMS_CUDA_VERSION}\"}" \
+  > "${PREFIX}/share/lmsforge/${PKG_NAME}.json"

@@ -1,0 +1,175 @@
+"""What a port tells its reviewer: the risk table before it starts, PORT-REPORT.md at the end."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lmsforge import git, patchfile, series as series_mod, worktree
+from lmsforge.port_state import PortState
+
+
+def upstream_renames(repo: Path, a: str, b: str, paths: set[str]) -> dict[str, str]:
+    """Which of PATHS upstream renamed between A and B (old path -> new path)."""
+    deleted = git.out(["diff", "--name-only", "-z", "--no-renames", "--diff-filter=D", a, b,
+                       "--", *sorted(paths)], repo).split("\0") if paths else []
+    if not any(deleted):
+        return {}  # nothing the series touches went away: no rename search over the whole tree
+    fields = git.out(["diff", "--name-status", "-z", "-M", "--diff-filter=R", a, b],
+                     repo).split("\0")
+    renames = {}
+    for status, old, new in zip(fields[0::3], fields[1::3], fields[2::3]):
+        if status.startswith("R") and old in paths:
+            renames[old] = new
+    return renames
+
+
+def risk_table(repo: Path, a: str, b: str, series: series_mod.Series,
+               shared_history: bool) -> tuple[list[dict[str, object]], dict[str, list[str]]]:
+    """Per patch, what upstream changed in its files between A and B; and the renames it meets."""
+    created: set[str] = set()  # files an earlier patch of the series adds: not upstream's
+    touched: list[tuple[series_mod.PatchEntry, list[str]]] = []
+    for entry in series.patches:
+        parsed = patchfile.parse(series.folder / entry.file)
+        touched.append((entry, [f.path for f in parsed.files
+                                if not f.new_file and f.path not in created]))
+        created.update(f.path for f in parsed.files if f.new_file)
+    renames = upstream_renames(repo, a, b, {p for _, paths in touched for p in paths})
+    rows: list[dict[str, object]] = []
+    renamed: dict[str, list[str]] = {}
+    for entry, upstream_files in touched:
+        commits = 0
+        lines = 0
+        for path in upstream_files:
+            pair = [path, renames[path]] if path in renames else [path]
+            numstat = git.out(["diff", "--numstat", "-M", a, b, "--", *pair], repo)
+            for line in numstat.splitlines():
+                added, removed, _ = line.split("\t", 2)
+                lines += int(added) + int(removed) if added != "-" else 0
+            if shared_history:
+                commits += int(git.out(["rev-list", "--count", f"{a}..{b}", "--", *pair],
+                                       repo) or 0)
+        moves = [f"{old} → {renames[old]}" for old in upstream_files if old in renames]
+        if moves:
+            renamed[entry.id] = moves
+        rows.append({"patch": entry.file, "upstream_files": len(upstream_files),
+                     "upstream_lines_changed": lines,
+                     "upstream_commits": commits if shared_history else None,
+                     "risk": _risk(upstream_files, lines), "renamed": moves})
+    return rows, renamed
+
+
+def _risk(upstream_files: list[str], lines: int) -> str:
+    if not upstream_files:
+        return "none (new files only)"
+    if lines == 0:
+        return "none (files unchanged upstream)"
+    return "low" if lines < 50 else "medium" if lines < 500 else "high"
+
+
+def commits_by_patch_id(tree: Path, base: str, branch: str) -> dict[str, str]:
+    fmt = f"%H %(trailers:key={series_mod.PATCH_ID_TRAILER},valueonly,separator=%x2C)"
+    commits = {}
+    for line in git.out(["log", f"--format={fmt}", f"{base}..{branch}"], tree).splitlines():
+        commit, _, patch_id = line.partition(" ")
+        if patch_id.strip():
+            commits[patch_id.strip()] = commit
+    return commits
+
+
+_RANGE_DIFF_HEAD = re.compile(r"^\d+:(\s+\S+ [!=] )\d+:")
+_HUNK_NUMBERS = re.compile(rb"^@@ [^@]* @@", re.M)
+_INDEX_LINE = re.compile(rb"^index [0-9a-f]+\.\.[0-9a-f]+.*\n", re.M)
+
+
+def _patch_texts(tree: Path, commits: list[str]) -> dict[str, tuple[str, bytes]]:
+    """Short id and message + diff of each commit, with what range-diff ignores taken out."""
+    if not commits:
+        return {}
+    out = git.run(["show", "--no-color", "--format=%x00%H %h%n%B", "-p", *commits], tree).stdout
+    texts = {}
+    for chunk in out.split(b"\0")[1:]:
+        head, _, body = chunk.partition(b"\n")
+        commit, short = head.decode().split()
+        texts[commit] = (short, _INDEX_LINE.sub(b"", _HUNK_NUMBERS.sub(b"@@", body)))
+    return texts
+
+
+def range_diff(tree: Path, state: PortState) -> str:
+    """`git range-diff` of each patch against its port, paired by Lms-Patch-Id.
+
+    A whole-range range-diff pairs commits by how alike their diffs are, so a patch whose
+    resolution moved its hunks to other files (a hook folded into another file on tag B) shows
+    up as one patch removed and an unrelated one added, with nothing to review. The trailer
+    says which commits are the same patch, so each pair is compared on its own. Pairs whose
+    message and diff are the same but for line numbers get range-diff's `=` line without
+    running it (a long series has mostly those).
+    """
+    branch_b = worktree.branch_name(state.framework, state.to_tag)
+    on_b = commits_by_patch_id(tree, state.to_commit, branch_b)
+    texts = _patch_texts(tree, [p.commit_on_a for p in state.patches if p.id in on_b] +
+                         list(on_b.values()))
+    parts = []
+    position_b = 0
+    for position, patch in enumerate(state.patches, 1):
+        commit_b = on_b.get(patch.id)
+        if commit_b is None:
+            subject = git.out(["log", "-1", "--format=%s", patch.commit_on_a], tree)
+            parts.append(f"{position}:  {patch.commit_on_a[:8]} < -:  -------- {subject} "
+                         f"({patch.status}: {_one_line(patch.note)})\n")
+            continue
+        position_b += 1
+        (short_a, text_a), (short_b, text_b) = texts[patch.commit_on_a], texts[commit_b]
+        if text_a == text_b:
+            subject = text_a.split(b"\n", 1)[0].decode(errors="replace")
+            parts.append(f"{position}:  {short_a} = {position_b}:  {short_b} {subject}\n")
+            continue
+        proc = git.run(["range-diff", "--no-color", "--creation-factor=999",
+                        f"{patch.commit_on_a}^..{patch.commit_on_a}",
+                        f"{commit_b}^..{commit_b}"], tree, check=False)
+        text = proc.stdout.decode(errors="replace")
+        parts.append(_RANGE_DIFF_HEAD.sub(f"{position}:\\g<1>{position_b}:", text, count=1))
+    return "".join(parts)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def cell(text: object) -> str:
+    """TEXT safe inside a Markdown table cell: one line, pipes escaped."""
+    return _one_line(str(text)).replace("|", "\\|")
+
+
+def write_report(path: Path, state: PortState, tree: Path, files_on_b: dict[str, str],
+                 resolutions_recorded: int) -> None:
+    """PORT-REPORT.md. FILES_ON_B maps patch ids to their exported file names."""
+    lines = [f"# Port of the {state.framework} LMS series from {state.from_tag} to "
+             f"{state.to_tag}", "",
+             f"- from: {state.from_tag} ({state.from_commit}), series hash "
+             f"{state.from_series_hash}",
+             f"- to: {state.to_tag} ({state.to_commit}, {state.identity_b.get('kind')} source)",
+             f"- upstream history between the trees: "
+             f"{'yes' if state.shared_history else 'no (archives)'}",
+             f"- resolutions recorded by this port (saved to the shared rerere cache): "
+             f"{resolutions_recorded}", "",
+             "## Patches", "",
+             "| patch | file in this series | outcome | file in the series of "
+             f"{cell(state.from_tag)} | note |", "|---|---|---|---|---|"]
+    for p in state.patches:
+        lines.append(f"| {p.id} | {files_on_b.get(p.id, '— (not in this series)')} | "
+                     f"{p.status} | {cell(p.file)} | {cell(p.note)} |")
+    lines += ["", "## Risk table (what upstream changed in each patch's files)", "",
+              f"| patch | file in the series of {cell(state.from_tag)} | upstream files | "
+              "lines changed A→B | upstream commits | risk | renamed upstream |",
+              "|---|---|---|---|---|---|---|"]
+    for p, row in zip(state.patches, state.risk):
+        commits = row["upstream_commits"] if row["upstream_commits"] is not None else "n/a"
+        renamed = "; ".join(row.get("renamed") or []) or "—"  # type: ignore[arg-type]
+        lines.append(f"| {p.id} | {cell(row['patch'])} | {row['upstream_files']} | "
+                     f"{row['upstream_lines_changed']} | {commits} | {row['risk']} | "
+                     f"{cell(renamed)} |")
+    lines += ["", "## Range diff (each patch on A against its port on B, paired by "
+              "`Lms-Patch-Id`)", "", "```",
+              range_diff(tree, state).rstrip(), "```", ""]
+    path.write_text("\n".join(lines))

@@ -1,0 +1,46 @@
+// The simulator's own entry points (include/lms_cuda_sim.h).
+
+#include "api.h"
+
+#include <lms_cuda_sim.h>
+
+#include <cstring>
+#include <vector>
+
+using namespace lms_sim;
+
+extern "C" {
+
+cudaError_t lmsSimLaunchHostKernel(cudaStream_t stream, const char* name, lmsSimKernelFn fn,
+                                   const void* args, size_t args_bytes) {
+  const char* function = __func__;
+  return api_call(function, [&](Runtime& runtime) {
+    if (fn == nullptr || name == nullptr || (args == nullptr && args_bytes != 0)) {
+      return cudaErrorInvalidValue;
+    }
+    cudaError_t status = cudaSuccess;
+    StreamRef target = runtime.resolve(stream, &status);
+    if (status != cudaSuccess) {
+      return status;
+    }
+    if (target->device != runtime.current_with_context().index) {
+      return cudaErrorInvalidResourceHandle;  // as for any kernel launch
+    }
+    auto copied = std::make_shared<std::vector<uint8_t>>(args_bytes);
+    if (args_bytes != 0) {
+      std::memcpy(copied->data(), args, args_bytes);
+    }
+    Op op;
+    op.kind = OpKind::kKernel;
+    op.device = target->device;
+    op.what = std::string("kernel ") + name;
+    op.body = [fn, copied](ExecContext&) { return fn(copied->data()); };
+    return runtime.submit(target, std::move(op));
+  });
+}
+
+void* lmsSimDeviceBytes(const void* ptr, size_t bytes) {
+  return Runtime::get().device_bytes(ptr, bytes);
+}
+
+} // extern "C"

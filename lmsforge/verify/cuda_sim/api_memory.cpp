@@ -1,0 +1,446 @@
+// Device and page-locked memory, copies and memsets (cudaMalloc .. cudaMemsetAsync).
+//
+// Which calls wait on the host follows "API synchronization behavior" of the
+// CUDA runtime documentation: a copy to pageable host memory returns when it
+// is done; a copy from pageable memory returns once the source is staged; a
+// synchronous cudaMemcpy waits unless it is device to device; cudaMemset is
+// asynchronous unless it targets page-locked host memory; cudaFree and
+// cudaFreeHost synchronise.
+
+#include "api.h"
+#include "capture.h"
+#include "memory.h"
+#include "settings.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+namespace lms_sim {
+
+std::string format_bytes(size_t bytes) {
+  if (bytes >= (size_t(1) << 20) && bytes % (size_t(1) << 20) == 0) {
+    return std::to_string(bytes >> 20) + " MiB";
+  }
+  if (bytes >= 1024 && bytes % 1024 == 0) {
+    return std::to_string(bytes >> 10) + " KiB";
+  }
+  return std::to_string(bytes) + " B";
+}
+
+namespace {
+
+constexpr size_t kChunk = 256 * 1024;
+
+// A copy engine moves blocks in no particular order, and what the
+// destination holds before the copy completes is undefined. In adversarial
+// mode both show: the destination is poisoned first, the blocks land in
+// random order with pauses, so a reader that does not wait sees garbage.
+void move_bytes(uint8_t* to, const uint8_t* from, size_t bytes, Rng& rng) {
+  bool overlap = to < from + bytes && from < to + bytes;
+  if (!adversarial() || overlap || bytes <= kChunk) {
+    std::memmove(to, from, bytes);
+    return;
+  }
+  fill_poison(to, bytes, rng.next());
+  std::vector<size_t> chunks((bytes + kChunk - 1) / kChunk);
+  std::iota(chunks.begin(), chunks.end(), size_t(0));
+  for (size_t i = chunks.size() - 1; i > 0; --i) {
+    std::swap(chunks[i], chunks[rng.below(i + 1)]);
+  }
+  for (size_t chunk : chunks) {
+    size_t offset = chunk * kChunk;
+    std::memcpy(to + offset, from + offset, std::min(kChunk, bytes - offset));
+    if (rng.uniform() < 0.02) {
+      std::this_thread::sleep_for(std::chrono::microseconds(rng.below(300)));
+    }
+  }
+}
+
+void set_bytes(uint8_t* to, int value, size_t bytes, Rng& rng) {
+  if (!adversarial() || bytes <= kChunk) {
+    std::memset(to, value, bytes);
+    return;
+  }
+  size_t half = bytes / 2;
+  bool high_first = rng.uniform() < 0.5;
+  std::memset(to + (high_first ? half : 0), value, high_first ? bytes - half : half);
+  if (rng.uniform() < 0.1) {
+    std::this_thread::sleep_for(std::chrono::microseconds(rng.below(300)));
+  }
+  std::memset(to + (high_first ? 0 : half), value, high_first ? half : bytes - half);
+}
+
+struct Endpoint {
+  bool device;
+  const void* address;
+  std::shared_ptr<std::vector<uint8_t>> staged;  // a pageable source, copied at the call
+
+  const uint8_t* read(size_t bytes) const {
+    if (staged) {
+      return staged->data();
+    }
+    return device ? Runtime::get().device_bytes(address, bytes)
+                  : static_cast<const uint8_t*>(address);
+  }
+  uint8_t* write(size_t bytes) const {
+    return device ? Runtime::get().device_bytes(address, bytes)
+                  : static_cast<uint8_t*>(const_cast<void*>(address));
+  }
+};
+
+const char* direction(bool from_device, bool to_device) {
+  if (from_device) {
+    return to_device ? "device->device" : "device->host";
+  }
+  return to_device ? "host->device" : "host->host";
+}
+
+bool kind_matches(cudaMemcpyKind kind, bool from_device, bool to_device, cudaError_t* status) {
+  *status = cudaSuccess;
+  switch (kind) {
+    case cudaMemcpyHostToHost:
+      return !from_device && !to_device;
+    case cudaMemcpyHostToDevice:
+      return !from_device && to_device;
+    case cudaMemcpyDeviceToHost:
+      return from_device && !to_device;
+    case cudaMemcpyDeviceToDevice:
+      return from_device && to_device;
+    case cudaMemcpyDefault:
+      return true;
+  }
+  *status = cudaErrorInvalidMemcpyDirection;
+  return false;
+}
+
+cudaError_t wait_for(const std::shared_ptr<Timestamp>& done, int device) {
+  Runtime& runtime = Runtime::get();
+  Progress::instance().wait([&] {
+    return done->reached.load(std::memory_order_acquire) ||
+        runtime.sticky_error(device) != cudaSuccess;
+  });
+  return runtime.sticky_error(device);
+}
+
+enum class Api { kSynchronous, kAsync };
+
+cudaError_t copy(const char* function, void* dst, const void* src, size_t bytes,
+                 cudaMemcpyKind kind, const StreamRef& stream, Api api) {
+  Runtime& runtime = Runtime::get();
+  if (bytes == 0) {
+    return cudaSuccess;
+  }
+  if (dst == nullptr || src == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  Place to = runtime.locate(dst, bytes);
+  Place from = runtime.locate(src, bytes);
+  if (!to.live || !from.live) {
+    return cudaErrorInvalidValue;  // a device range that is not allocated
+  }
+  bool to_device = to.kind == Place::kDevice;
+  bool from_device = from.kind == Place::kDevice;
+  cudaError_t status = cudaSuccess;
+  if (!kind_matches(kind, from_device, to_device, &status)) {
+    return status != cudaSuccess ? status : cudaErrorInvalidValue;
+  }
+  bool pageable_source = from.kind == Place::kPageable;
+  bool pageable_target = to.kind == Place::kPageable;
+  bool capturing = Captures::get().capturing(stream);
+  if (capturing && (pageable_source || pageable_target)) {
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  bool host_waits;
+  if (api == Api::kAsync) {
+    host_waits = pageable_target || (!from_device && !to_device);
+  } else {
+    host_waits = !(from_device && to_device) && !(pageable_source && to_device);
+    if (pageable_source && to_device) {
+      // "A stream sync is performed before the copy is initiated."
+      status = runtime.synchronize_stream(stream);
+      if (status != cudaSuccess) {
+        return status;
+      }
+    }
+  }
+  Endpoint target{to_device, dst, nullptr};
+  Endpoint source{from_device, src, nullptr};
+  if (pageable_source && !host_waits) {
+    auto staged = std::make_shared<std::vector<uint8_t>>(bytes);
+    std::memcpy(staged->data(), src, bytes);
+    source.staged = std::move(staged);
+  }
+  Op op;
+  op.kind = OpKind::kCopy;
+  op.device = to_device ? to.device : from_device ? from.device : stream->device;
+  op.what = std::string(function) + " " + format_bytes(bytes) + " " +
+      direction(from_device, to_device);
+  op.body = [target, source, bytes](ExecContext& context) {
+    uint8_t* out = target.write(bytes);
+    const uint8_t* in = source.read(bytes);
+    if (out == nullptr || in == nullptr) {
+      return cudaErrorIllegalAddress;
+    }
+    move_bytes(out, in, bytes, context.rng);
+    return cudaSuccess;
+  };
+  auto done = std::make_shared<Timestamp>();
+  op.stamp = done;
+  int device = op.device;
+  status = runtime.submit(stream, std::move(op));
+  if (status != cudaSuccess || !host_waits || capturing) {
+    return status;
+  }
+  return wait_for(done, device);
+}
+
+cudaError_t set(const char* function, void* dst, int value, size_t bytes,
+                const StreamRef& stream, Api api) {
+  Runtime& runtime = Runtime::get();
+  if (bytes == 0) {
+    return cudaSuccess;
+  }
+  if (dst == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  Place to = runtime.locate(dst, bytes);
+  if (to.kind == Place::kPageable || !to.live) {
+    return cudaErrorInvalidValue;
+  }
+  bool device_memory = to.kind == Place::kDevice;
+  Op op;
+  op.kind = OpKind::kMemset;
+  op.device = device_memory ? to.device : stream->device;
+  op.what = std::string(function) + " " + format_bytes(bytes) + " to " +
+      std::to_string(value & 0xff);
+  op.body = [dst, value, bytes, device_memory](ExecContext& context) {
+    uint8_t* out = device_memory ? Runtime::get().device_bytes(dst, bytes)
+                                 : static_cast<uint8_t*>(dst);
+    if (out == nullptr) {
+      return cudaErrorIllegalAddress;
+    }
+    set_bytes(out, value, bytes, context.rng);
+    return cudaSuccess;
+  };
+  auto done = std::make_shared<Timestamp>();
+  op.stamp = done;
+  int device = op.device;
+  cudaError_t status = runtime.submit(stream, std::move(op));
+  if (status != cudaSuccess || api == Api::kAsync || device_memory) {
+    return status;
+  }
+  return wait_for(done, device);
+}
+
+StreamRef legacy_stream(Runtime& runtime) {
+  return runtime.current_with_context().legacy;
+}
+
+} // namespace
+
+} // namespace lms_sim
+
+using namespace lms_sim;
+
+extern "C" {
+
+cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  const char* function = __func__;
+  return api_call(function, [&](Runtime& runtime) {
+    if (devPtr == nullptr) {
+      return cudaErrorInvalidValue;
+    }
+    cudaError_t status = Captures::get().check_unsafe(function);
+    if (status != cudaSuccess) {
+      return status;
+    }
+    return runtime.current_with_context().arena.allocate(size, devPtr);
+  });
+}
+
+cudaError_t cudaFree(void* devPtr) {
+  const char* function = __func__;
+  return api_call(function, [&](Runtime& runtime) {
+    runtime.current_with_context();
+    if (devPtr == nullptr) {
+      return cudaSuccess;  // the idiom that creates the context
+    }
+    cudaError_t status = Captures::get().check_unsafe(function);
+    if (status != cudaSuccess) {
+      return status;
+    }
+    for (int index = 0; index < runtime.device_count(); ++index) {
+      Device& device = runtime.device(index);
+      void* base = nullptr;
+      size_t size = 0;
+      if (!device.arena.find(devPtr, &base, &size) || base != devPtr) {
+        continue;
+      }
+      // cudaFree waits for the device: no queued work may still use the memory.
+      status = runtime.synchronize_device(index);
+      if (status != cudaSuccess) {
+        return status;
+      }
+      return device.arena.free(devPtr) ? cudaSuccess : cudaErrorInvalidValue;
+    }
+    return cudaErrorInvalidValue;
+  });
+}
+
+cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
+  const char* function = __func__;
+  return api_call(function, [&](Runtime& runtime) {
+    constexpr unsigned kKnown = cudaHostAllocPortable | cudaHostAllocMapped |
+        cudaHostAllocWriteCombined;
+    if (pHost == nullptr || (flags & ~kKnown) != 0) {
+      return cudaErrorInvalidValue;
+    }
+    cudaError_t status = Captures::get().check_unsafe(function);
+    if (status != cudaSuccess) {
+      return status;
+    }
+    return runtime.pinned().allocate(size, runtime.current_with_context().index, pHost);
+  });
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  return cudaHostAlloc(ptr, size, cudaHostAllocDefault);
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  const char* function = __func__;
+  return api_call(function, [&](Runtime& runtime) {
+    if (ptr == nullptr) {
+      return cudaSuccess;
+    }
+    cudaError_t status = Captures::get().check_unsafe(function);
+    if (status != cudaSuccess) {
+      return status;
+    }
+    void* base = nullptr;
+    size_t size = 0;
+    int device = 0;
+    if (!runtime.pinned().find(ptr, &base, &size, &device) || base != ptr) {
+      return cudaErrorInvalidValue;
+    }
+    status = runtime.synchronize_all();
+    if (status != cudaSuccess) {
+      return status;
+    }
+    return runtime.pinned().free(ptr) ? cudaSuccess : cudaErrorInvalidValue;
+  });
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
+  const char* function = __func__;
+  return api_call(function, [&](Runtime& runtime) {
+    if (attributes == nullptr) {
+      return cudaErrorInvalidValue;
+    }
+    *attributes = cudaPointerAttributes{};
+    Place place = runtime.locate(ptr, 1);
+    if (place.kind == Place::kDevice && place.live) {
+      attributes->type = cudaMemoryTypeDevice;
+      attributes->device = place.device;
+      attributes->devicePointer = const_cast<void*>(ptr);
+    } else if (place.kind == Place::kPinned) {
+      attributes->type = cudaMemoryTypeHost;
+      attributes->device = place.device;
+      attributes->devicePointer = const_cast<void*>(ptr);
+      attributes->hostPointer = const_cast<void*>(ptr);
+    } else {
+      attributes->type = cudaMemoryTypeUnregistered;
+      attributes->device = cudaInvalidDeviceId;
+    }
+    return cudaSuccess;
+  });
+}
+
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  const char* function = __func__;
+  return api_call(function, [&](Runtime& runtime) {
+    if (free == nullptr || total == nullptr) {
+      return cudaErrorInvalidValue;
+    }
+    Device& device = runtime.current_with_context();
+    *total = device.arena.capacity();
+    *free = device.arena.capacity() - device.arena.used();
+    return cudaSuccess;
+  });
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  const char* function = __func__;
+  return api_call(function, [&](Runtime& runtime) {
+    cudaError_t status = Captures::get().check_unsafe(function);
+    if (status != cudaSuccess) {
+      return status;
+    }
+    return copy(function, dst, src, count, kind, legacy_stream(runtime), Api::kSynchronous);
+  });
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  const char* function = __func__;
+  return api_call(function, [&](Runtime& runtime) {
+    runtime.current_with_context();
+    cudaError_t status = cudaSuccess;
+    StreamRef target = runtime.resolve(stream, &status);
+    if (status != cudaSuccess) {
+      return status;
+    }
+    return copy(function, dst, src, count, kind, target, Api::kAsync);
+  });
+}
+
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int srcDevice,
+                                size_t count, cudaStream_t stream) {
+  const char* function = __func__;
+  return api_call(function, [&](Runtime& runtime) {
+    if (!runtime.valid_device(dstDevice) || !runtime.valid_device(srcDevice)) {
+      return cudaErrorInvalidDevice;
+    }
+    runtime.current_with_context();
+    cudaError_t status = cudaSuccess;
+    StreamRef target = runtime.resolve(stream, &status);
+    if (status != cudaSuccess) {
+      return status;
+    }
+    Place to = runtime.locate(dst, count);
+    Place from = runtime.locate(src, count);
+    if (count != 0 && (to.kind != Place::kDevice || to.device != dstDevice ||
+                       from.kind != Place::kDevice || from.device != srcDevice)) {
+      return cudaErrorInvalidValue;
+    }
+    return copy(function, dst, src, count, cudaMemcpyDeviceToDevice, target, Api::kAsync);
+  });
+}
+
+cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
+  const char* function = __func__;
+  return api_call(function, [&](Runtime& runtime) {
+    cudaError_t status = Captures::get().check_unsafe(function);
+    if (status != cudaSuccess) {
+      return status;
+    }
+    return set(function, devPtr, value, count, legacy_stream(runtime), Api::kSynchronous);
+  });
+}
+
+cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
+  const char* function = __func__;
+  return api_call(function, [&](Runtime& runtime) {
+    runtime.current_with_context();
+    cudaError_t status = cudaSuccess;
+    StreamRef target = runtime.resolve(stream, &status);
+    if (status != cudaSuccess) {
+      return status;
+    }
+    return set(function, devPtr, value, count, target, Api::kAsync);
+  });
+}
+
+} // extern "C"

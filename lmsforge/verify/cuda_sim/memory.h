@@ -1,0 +1,90 @@
+#pragma once
+
+// Simulated device memory and page-locked host memory.
+//
+// Each device owns a reserved range of addresses that the host can never
+// touch (PROT_NONE), exactly as host code cannot dereference a real device
+// pointer; the bytes live in a second, private "shadow" mapping that only the
+// simulated copy engines and kernels reach, through view(). Allocations are
+// 2 MiB granules handed out next-fit, so a freed range is not handed out
+// again soon and a stale pointer faults instead of reading someone else's
+// data. New allocations are filled with poison; freed ones are released.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+namespace lms_sim {
+
+constexpr size_t kGranule = size_t(2) << 20;
+
+class DeviceArena {
+ public:
+  DeviceArena(int device, size_t capacity);
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
+
+  // cudaErrorMemoryAllocation beyond the capacity, like cudaMalloc.
+  cudaError_t allocate(size_t bytes, void** out);
+  // False when `ptr` is not the start of a live allocation.
+  bool free(void* ptr);
+  // Where the simulator reads and writes [ptr, ptr + bytes), or nullptr when
+  // that range is not inside one live allocation (a fault).
+  uint8_t* view(const void* ptr, size_t bytes) const;
+  // Whether `ptr` lies in this device's address range, allocated or not.
+  bool owns_address(const void* ptr) const;
+  // The live allocation holding `ptr`, if any, and its requested size.
+  bool find(const void* ptr, void** base, size_t* size) const;
+
+  size_t capacity() const { return capacity_; }
+  size_t used() const;
+
+ private:
+  bool place_locked(size_t bytes, size_t* offset);
+
+  const int device_;
+  const size_t capacity_;
+  const size_t reserve_;
+  uint8_t* device_base_ = nullptr;  // addresses handed to the program
+  uint8_t* shadow_base_ = nullptr;  // where the bytes are
+  mutable std::mutex mutex_;
+  struct Allocation {
+    size_t reserved;   // granule-rounded: what the capacity is charged
+    size_t requested;  // what the program may touch
+  };
+  std::map<size_t, Allocation> live_;  // by offset
+  size_t cursor_ = 0;              // next-fit position
+  size_t used_ = 0;
+  uint64_t allocations_ = 0;
+};
+
+// cudaHostAlloc memory: real host memory the program may touch, counted
+// against the page-locked capacity, known by address for
+// cudaPointerGetAttributes and for the copy rules.
+class PinnedHost {
+ public:
+  explicit PinnedHost(size_t capacity) : capacity_(capacity) {}
+  cudaError_t allocate(size_t bytes, int device, void** out);
+  bool free(void* ptr);
+  bool find(const void* ptr, void** base, size_t* size, int* device) const;
+  size_t used() const;
+
+ private:
+  struct Block {
+    size_t size;
+    int device;
+  };
+  const size_t capacity_;
+  mutable std::mutex mutex_;
+  std::map<uintptr_t, Block> blocks_;
+  size_t used_ = 0;
+};
+
+// 64-bit patterns that never equal a memset byte pattern or small counters.
+uint64_t poison_word(uint64_t salt);
+void fill_poison(uint8_t* bytes, size_t count, uint64_t salt);
+
+} // namespace lms_sim

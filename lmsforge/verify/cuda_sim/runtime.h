@@ -1,0 +1,109 @@
+#pragma once
+
+// The process-wide state of the simulated runtime: devices (memory, legacy
+// stream, primary context, sticky error), the current device of each thread,
+// stream and event handles, and the one path by which work enters a stream.
+
+#include "event.h"
+#include "memory.h"
+#include "stream.h"
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+struct CUstream_st {
+  lms_sim::StreamRef state;
+};
+
+namespace lms_sim {
+
+struct Device {
+  Device(int index, size_t capacity);
+  const int index;
+  DeviceArena arena;
+  // Whether the primary context exists (cuDevicePrimaryCtxGetState): made by
+  // the first call that needs one on this device, not by queries.
+  std::atomic<bool> context{false};
+  // An illegal address fault poisons the context: every later call fails.
+  std::atomic<int> sticky{cudaSuccess};
+  StreamRef legacy;
+  // Serialises appends to the legacy and blocking streams, so that the
+  // implicit synchronisation between them sees one order.
+  std::mutex ordering;
+  std::vector<std::weak_ptr<StreamState>> streams;  // guarded by `ordering`
+};
+
+// Where an address points, for the copy rules and cudaPointerGetAttributes.
+struct Place {
+  enum Kind { kDevice, kPinned, kPageable } kind;
+  int device;  // the owning device (pinned: current when allocated); -2 if none
+  bool live;   // device: [ptr, ptr + bytes) lies inside one live allocation
+};
+
+class Runtime {
+ public:
+  static Runtime& get();
+
+  int device_count() const { return static_cast<int>(devices_.size()); }
+  bool valid_device(int index) const { return index >= 0 && index < device_count(); }
+  Device& device(int index) { return *devices_.at(static_cast<size_t>(index)); }
+  int current_device() const;
+  void set_current_device(int index);
+  // The current device, its primary context created (most calls need one).
+  Device& current_with_context();
+  void create_context(int index);
+
+  PinnedHost& pinned() { return pinned_; }
+  Place locate(const void* ptr, size_t bytes);
+  // The bytes of live device memory [ptr, ptr + bytes) as the simulated
+  // engines see them; nullptr for anything else (a fault).
+  uint8_t* device_bytes(const void* ptr, size_t bytes);
+
+  cudaError_t sticky_error(int device);
+  void fault(const Op& op, cudaError_t status);
+
+  // Streams. A null handle and cudaStreamLegacy mean the current device's
+  // legacy stream; cudaStreamPerThread the calling thread's default stream.
+  StreamRef resolve(cudaStream_t handle, cudaError_t* status);
+  cudaStream_t create_stream(int device, unsigned flags, int priority);
+  cudaError_t destroy_stream(cudaStream_t handle);
+
+  std::shared_ptr<EventState> resolve(cudaEvent_t handle, cudaError_t* status);
+  cudaEvent_t create_event(int device, unsigned flags);
+  cudaError_t destroy_event(cudaEvent_t handle);
+
+  // Appends `op` to `stream`, or records it when the stream is capturing.
+  // The legacy stream first waits for every blocking stream of its device,
+  // and a blocking stream first waits for the legacy stream.
+  cudaError_t submit(const StreamRef& stream, Op op);
+  // Appends without the capture check (the caller holds the capture lock or
+  // knows the stream does not capture). Returns the position.
+  uint64_t append(const StreamRef& stream, Op op);
+
+  // Host-side waits; they return a sticky error if one occurs meanwhile.
+  cudaError_t wait(const StreamRef& stream, uint64_t position);
+  cudaError_t synchronize_stream(const StreamRef& stream);
+  cudaError_t synchronize_device(int device);
+  cudaError_t synchronize_all();
+  bool stream_idle(const StreamRef& stream);
+
+  std::vector<StreamRef> streams_of(int device);
+
+ private:
+  Runtime();
+  StreamRef per_thread_stream(int device);
+
+  std::vector<std::unique_ptr<Device>> devices_;
+  PinnedHost pinned_;
+  std::mutex handles_mutex_;
+  std::unordered_set<cudaStream_t> streams_;
+  std::unordered_set<cudaEvent_t> events_;
+};
+
+} // namespace lms_sim

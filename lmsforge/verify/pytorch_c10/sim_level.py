@@ -1,0 +1,182 @@
+"""The `core-sim` level: the series' unchanged CUDA tests, linked against lmsforge's simulated
+CUDA runtime (``verify/cuda_sim``), run once per seed of its adversarial scheduler, then both
+benchmarks in their short mode, whose data checks must pass (``docs/core-sim.md``).
+
+A seed fixes the random delays of every stream, so a failure names its seed and the command
+that replays it. Nothing here is a GPU result: the facts say ``simulated`` and the benchmark
+figures are host timings of a simulated device.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable, NamedTuple, Sequence
+
+from lmsforge.errors import CheckFailed
+from lmsforge.verify.levels import FAIL, MAX_FAILURES_NAMED, PASS, LevelContext, LevelResult, Timer
+from lmsforge.verify.pytorch_c10 import build, gtest
+from lmsforge.verify.pytorch_c10.process import run_logged
+
+LEVEL = "core-sim"
+SEED_TIMEOUT_S = 600.0
+BENCH_TIMEOUT_S = 600.0
+# Two devices, so the two-device tests run; the rest of the simulator's defaults
+# (lmsforge/verify/cuda_sim/README.md).
+SIM_ENV = {"LMS_SIM_DEVICES": "2"}
+BENCHMARKS = (("lms_bench_copy_sim", "copy-engine"), ("lms_bench_oversub_sim", "oversubscription"))
+
+
+class SeedRun(NamedTuple):
+    seed: int
+    report: gtest.GtestReport | None  # None when the program crashed or hung
+    problem: str  # one line; empty when every test passed and none was skipped
+    seconds: float
+    log: Path
+
+    def to_json(self) -> dict[str, object]:
+        counts = {} if self.report is None else {
+            "passed": self.report.passed, "failed": self.report.failed,
+            "skipped": self.report.skipped, "failures": list(self.report.failures),
+            "skips": list(self.report.skips)}
+        return {"seed": self.seed, "ok": not self.problem, "problem": self.problem,
+                "seconds": round(self.seconds, 1), "log": str(self.log), **counts}
+
+
+class BenchRun(NamedTuple):
+    name: str
+    problem: str
+    result: Path
+    seconds: float
+
+    def to_json(self) -> dict[str, object]:
+        return {"ok": not self.problem, "problem": self.problem, "result": str(self.result),
+                "seconds": round(self.seconds, 1), "simulated": True}
+
+
+def env_for(seed: int) -> dict[str, str]:
+    return {**SIM_ENV, "LMS_SIM_SEED": str(seed)}
+
+
+def replay_command(binary: Path, seed: int, tests: Sequence[str] = ()) -> str:
+    settings = " ".join(f"{key}={value}" for key, value in env_for(seed).items())
+    filter_arg = f" --gtest_filter={':'.join(tests)}" if tests else ""
+    return f"{settings} {binary}{filter_arg}"
+
+
+def run_seed(binary: Path, seed: int, work_dir: Path) -> SeedRun:
+    log = work_dir / f"{LEVEL}.seed-{seed}.log"
+    started = time.monotonic()
+    try:
+        run = gtest.run_gtest(binary, log=log, json_path=log.with_suffix(".json"),
+                              timeout=SEED_TIMEOUT_S, env=env_for(seed))
+    except CheckFailed as error:  # a crash or a hang
+        return SeedRun(seed, None, f"{error}; replay: {replay_command(binary, seed)}",
+                       time.monotonic() - started, log)
+    report = run.report
+    problem = ""
+    if report.failed:
+        problem = (f"{report.failed} tests failed: "
+                   f"{', '.join(report.failures[:MAX_FAILURES_NAMED])}")
+    elif report.skipped:
+        problem = (f"{report.skipped} tests skipped (every CUDA test must run under the "
+                   f"simulator): {', '.join(report.skips[:MAX_FAILURES_NAMED])}")
+    elif report.passed == 0:
+        problem = "no test passed"
+    if problem:
+        problem += f"; replay: {replay_command(binary, seed, report.failures)}"
+    return SeedRun(seed, report, problem, time.monotonic() - started, log)
+
+
+def run_benchmark(binary: Path, name: str, seed: int, work_dir: Path) -> BenchRun:
+    result = work_dir / f"{LEVEL}.{name}.json"
+    result.unlink(missing_ok=True)  # a stale result must never stand in for this run
+    log = work_dir / f"{LEVEL}.{name}.log"
+    with open(log, "w") as out, Timer() as timer:
+        finished = run_logged([binary, "--short", "--out", result], out,
+                              timeout=BENCH_TIMEOUT_S, env=env_for(seed))
+    if finished.timed_out:
+        return BenchRun(name, f"{binary.name} did not finish within {BENCH_TIMEOUT_S:.0f} s; "
+                              f"log: {log}", result, timer.seconds)
+    if finished.returncode != 0 or not result.is_file():
+        return BenchRun(name, f"{binary.name} exited with {finished.returncode}: "
+                              f"{last_message(finished.lines)}; log: {log}", result,
+                        timer.seconds)
+    data = json.loads(result.read_text())
+    if data.get("data_ok") is not True or data.get("simulated") is not True:
+        return BenchRun(name, f"{result.name} does not report checked data from the "
+                              f"simulator", result, timer.seconds)
+    return BenchRun(name, "", result, timer.seconds)
+
+
+def last_message(lines: Sequence[str]) -> str:
+    """The line of a program's output that says why it stopped (not a stack frame)."""
+    for line in reversed(lines):
+        text = line.strip()
+        if text.startswith("what():"):
+            return text
+    for line in reversed(lines):
+        text = line.strip()
+        if text and not text.startswith("frame #"):
+            return text
+    return "no output"
+
+
+def run(ctx: LevelContext, build_dir: Path,
+        build_targets: Callable[[Sequence[str]], build.BuildResult]) -> LevelResult:
+    suite = build.SUITES["sim"]
+    sources = build.test_sources(ctx.tree, "sim")
+    if not sources:
+        return LevelResult(LEVEL, FAIL, detail=f"no LMS CUDA test sources ({suite.sources}) in "
+                                               "the tree; a level never passes without tests")
+    no_benchmarks = build.benchmarks_unavailable(ctx.tree)
+    benchmarks = () if no_benchmarks else BENCHMARKS
+    targets = [*build.SIM_LIBRARIES, suite.target, *(program for program, _ in benchmarks)]
+    ctx.say(f"{LEVEL}: building {', '.join(targets[1:])} against the simulated CUDA runtime")
+    built = build_targets(targets)
+    binary = build_dir / suite.target
+    seeds = list(range(1, ctx.sim_seeds + 1))
+    runs = []
+    for seed in seeds:
+        ctx.say(f"{LEVEL}: {suite.target}, seed {seed} of {len(seeds)}")
+        runs.append(run_seed(binary, seed, ctx.work_dir))
+    bench_runs = []
+    # The benchmarks check data the tests already found wrong: not worth their time then.
+    for program, name in benchmarks if not any(run.problem for run in runs) else ():
+        ctx.say(f"{LEVEL}: {program} --short")
+        bench_runs.append(run_benchmark(build_dir / "bench" / program, name, seeds[0],
+                                        ctx.work_dir))
+    return judge(runs, bench_runs, built, log=str(built.log), no_benchmarks=no_benchmarks)
+
+
+def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.BuildResult,
+          log: str, no_benchmarks: str = "") -> LevelResult:
+    """PASS only when every seed ran every test and passed, and every benchmark checked its
+    data; a failure names the first failing seed and how to replay it."""
+    facts: dict[str, object] = {
+        "simulated": True, "gpu": False, "seeds": [run.to_json() for run in runs],
+        "benchmarks": {run.name: run.to_json() for run in bench_runs},
+        "tus_compiled": built.tus, "build_seconds": round(built.seconds, 1),
+        "test_seconds": round(sum(run.seconds for run in runs), 1)}
+    failed = [run for run in runs if run.problem]
+    if not runs:
+        return LevelResult(LEVEL, FAIL, detail="no seed to run", facts=facts, log=log)
+    if failed:
+        first = failed[0]
+        return LevelResult(LEVEL, FAIL, facts=facts, log=log,
+                           detail=f"{len(failed)} of {len(runs)} seeds failed; seed "
+                                  f"{first.seed}: {first.problem}")
+    bench_failed = [run for run in bench_runs if run.problem]
+    if bench_failed:
+        return LevelResult(LEVEL, FAIL, facts=facts, log=log,
+                           detail=f"benchmark {bench_failed[0].name}: {bench_failed[0].problem}")
+    passed = runs[0].report.passed if runs[0].report else 0
+    detail = f"{passed} CUDA tests passed under each of {len(runs)} seeds"
+    if bench_runs:
+        detail += "; both benchmarks' data checks passed"
+    else:
+        detail += f"; benchmarks not built: {no_benchmarks}"
+        facts["benchmarks_not_built"] = no_benchmarks
+    detail += " (simulated CUDA runtime, not a GPU result)"
+    return LevelResult(LEVEL, PASS, detail=detail, facts=facts, log=log)

@@ -1,0 +1,136 @@
+"""Level core-sim on the real PyTorch series (slow: real builds, many seeds).
+
+The unchanged CUDA tests and both benchmarks run against lmsforge's simulated CUDA runtime.
+Every PyTorch series must pass `lmsforge verify --level core-sim` under 20 seeds with every test
+running; and each mutation that removes a wait the CUDA backend needs must make the level fail
+by wrong data (failed assertions), not by a crash.
+
+The CLI runs share the verify build folder of the real cache with test_bundled_series.py, and
+the mutations share its git worktree and build folder, so c10 and c10_cuda are compiled once;
+core-sim adds the simulator and relinks.
+
+While a series still fails with a bug found on the GPU and owned by the series' track (issue 12
+part 1), the tests xfail naming that bug, recognised by its exact message in every seed's log,
+and nothing else: K1 of ../shared/evidence/review-pytorch-v2.6.0-series.md, and v1.13.1's CUDA
+test, which never initialises the caching allocator.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fixtures import lmsforge
+from lmsforge.frameworks import pytorch
+from lmsforge.verify.levels import FAIL, PASS, LevelContext, LevelResult
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+MUTATIONS = REPO / "tests" / "data" / "mutations" / "pytorch-v2.6.0-sim"
+SERIES_SEEDS = 20
+MUTATION_SEEDS = 2
+KNOWN_SERIES_BUGS = {
+    "v2.6.0": ("Should never been called",
+               "K1: c10's primary-context hook is not registered (issue 12 part 1)"),
+    "v1.13.1": ("Allocator not initialized for device 0",
+                "the v1.13.1 CUDA test never calls CUDACachingAllocator::init (issue 12 part 1)"),
+}
+# The tests that see the data a mutation corrupts (both mutations make more tests fail).
+EXPECTED_FAILURES = {
+    "drop-record-stream-wait.patch": {"LargeModelSupportCudaTest.PageOutWaitsForRecordStreamUses",
+                                      "LargeModelSupportCudaTest."
+                                      "PageOutWaitsForAKernelReadingOnAnotherStream"},
+    "drop-page-in-wait.patch": {"LargeModelSupportCudaTest.ReclaimsUnderTheLimitAndKeepsData"},
+}
+
+# tag -> (exit code, {level: result}) of one `lmsforge verify` per session
+_verified: dict[str, tuple[int, dict[str, dict]]] = {}
+
+
+def _verify(real_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory,
+            tag: str) -> tuple[int, dict[str, dict]]:
+    """`lmsforge verify --level core-sim` of the bundled series, once per session."""
+    if tag not in _verified:
+        report = tmp_path_factory.mktemp("core-sim-report") / "verify.json"
+        result = lmsforge("--cache-dir", str(real_cache_dir), "verify", "--framework",
+                          "pytorch", "--tag", tag, "--level", "core-sim", "--sim-seeds",
+                          str(SERIES_SEEDS), "--report", str(report))
+        print(result.stdout)
+        assert report.is_file(), result.output
+        (entry,) = json.loads(report.read_text())["series"]
+        _verified[tag] = (result.exit_code, {r["level"]: r for r in entry["results"]})
+    exit_code, levels = _verified[tag]
+    sim = levels["core-sim"]
+    message, bug = KNOWN_SERIES_BUGS[tag]
+    seeds = sim["facts"].get("seeds", [])
+    if sim["status"] == FAIL and seeds and all(
+            message in Path(run["log"]).read_text(errors="replace") for run in seeds):
+        pytest.xfail(f"pytorch {tag} fails core-sim with '{message}': {bug}")
+    return exit_code, levels
+
+
+@pytest.mark.parametrize("tag", ["v2.6.0", "v1.13.1"])
+def test_the_series_passes_core_sim_under_20_seeds(real_cache_dir: Path,
+                                                   tmp_path_factory: pytest.TempPathFactory,
+                                                   tag: str) -> None:
+    exit_code, levels = _verify(real_cache_dir, tmp_path_factory, tag)
+    sim = levels["core-sim"]
+    assert exit_code == 0, sim["detail"]
+    assert [levels[name]["status"] for name in ("apply", "compile", "core-cpu", "core-sim")] == \
+        [PASS] * 4
+    seeds = sim["facts"]["seeds"]
+    assert [run["seed"] for run in seeds] == list(range(1, SERIES_SEEDS + 1))
+    for run in seeds:
+        assert run["ok"] and run["failed"] == 0 and run["skipped"] == 0, run
+        assert run["passed"] == seeds[0]["passed"] > 0
+    assert sim["facts"]["simulated"] is True and sim["facts"]["gpu"] is False
+    assert "not a GPU result" in sim["detail"]
+    if tag == "v1.13.1":  # the benchmarks follow c10's 2.x statistics API
+        assert "CachingDeviceAllocator.h" in sim["facts"]["benchmarks_not_built"]
+        return
+    for name in ("copy-engine", "oversubscription"):
+        bench = sim["facts"]["benchmarks"][name]
+        assert bench["ok"], bench
+        data = json.loads(Path(bench["result"]).read_text())
+        assert data["simulated"] is True and data["data_ok"] is True
+        assert "cuda_sim" in data["device"]["name"]
+
+
+@pytest.fixture(scope="module")
+def mutated_tree(pytorch_v260_lms_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tree = tmp_path_factory.getbasetemp() / "pt260-mutated"
+    if not tree.exists():
+        subprocess.run(["git", "worktree", "add", "--quiet", "--detach", str(tree), "HEAD"],
+                       cwd=pytorch_v260_lms_tree, check=True)
+    subprocess.run(["git", "checkout", "--quiet", "--", "."], cwd=tree, check=True)
+    return tree
+
+
+@pytest.mark.parametrize("mutation", sorted(p.name for p in MUTATIONS.glob("*.patch")))
+def test_a_missing_wait_fails_core_sim_with_wrong_data(
+        real_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory, mutated_tree: Path,
+        mutation: str) -> None:
+    # Meaningful only when the unmutated series passes.
+    _, levels = _verify(real_cache_dir, tmp_path_factory, "v2.6.0")
+    assert levels["core-sim"]["status"] == PASS, levels["core-sim"]["detail"]
+    subprocess.run(["git", "apply", str(MUTATIONS / mutation)], cwd=mutated_tree, check=True)
+    ctx = LevelContext("pytorch", "v2.6.0", mutated_tree, "v2.6.0",
+                       tmp_path_factory.getbasetemp() / "pt260-mutated-build",
+                       sim_seeds=MUTATION_SEEDS)
+    try:
+        result: LevelResult = pytorch.run_level("core-sim", ctx)
+    finally:
+        subprocess.run(["git", "checkout", "--quiet", "--", "."], cwd=mutated_tree, check=True)
+    print(result.detail)
+    assert result.status == FAIL
+    assert "replay: LMS_SIM_DEVICES=2 LMS_SIM_SEED=" in result.detail
+    seeds = result.facts["seeds"]
+    for run in seeds:
+        # Every seed ran to its report and failed on the data: nothing crashed.
+        assert "failed" in run and run["failed"] > 0, run
+    failures = set().union(*(run["failures"] for run in seeds))
+    assert failures >= EXPECTED_FAILURES[mutation], seeds

@@ -1,0 +1,63 @@
+"""The simulated CUDA runtime's own tests (lmsforge/verify/cuda_sim/tests/sim_test.cpp), built
+with CMake and run twice: plainly and under a seed, which the adversarial tests need. Slow: it
+compiles the simulator."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lmsforge.verify.pytorch_c10.gtest import parse_gtest_json
+
+pytestmark = pytest.mark.slow
+
+SIM_DIR = Path(__file__).resolve().parents[2] / "lmsforge" / "verify" / "cuda_sim"
+CUDA = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+SEEDED_ONLY = {"Sim.SeededDelaysReorderWorkAcrossStreams"}
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not (CUDA / "include" / "cuda_runtime_api.h").is_file() or not shutil.which("cmake"):
+        pytest.skip("needs cmake and the CUDA headers")
+    build = tmp_path_factory.mktemp("cuda-sim-build")
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run(["cmake", *generator, "-S", str(SIM_DIR), "-B", str(build),
+                    f"-DCUDAToolkit_ROOT={CUDA}"], check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(build), "--parallel", "2", "--target",
+                    "lms_cuda_sim_tests"], check=True, capture_output=True)
+    return build / "lms_cuda_sim_tests"
+
+
+def _run(program: Path, tmp_path: Path, **env: str):
+    report = tmp_path / "report.json"
+    proc = subprocess.run([str(program), f"--gtest_output=json:{report}"], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, **env})
+    return proc, parse_gtest_json(report.read_text())
+
+
+def test_simulator_without_a_seed(program: Path, tmp_path: Path) -> None:
+    proc, report = _run(program, tmp_path, LMS_SIM_SEED="0", LMS_SIM_DEVICES="2")
+    assert proc.returncode == 0 and report.failed == 0, proc.stdout + proc.stderr
+    assert set(report.skips) == SEEDED_ONLY
+    assert report.passed >= 30
+
+
+@pytest.mark.parametrize("seed", ["1", "29"])
+def test_simulator_under_a_seed(program: Path, tmp_path: Path, seed: str) -> None:
+    proc, report = _run(program, tmp_path, LMS_SIM_SEED=seed, LMS_SIM_DEVICES="3")
+    assert proc.returncode == 0 and report.failed == 0, proc.stdout + proc.stderr
+    assert report.skipped == 0
+    # The adversarial test ran and saw work overtake across streams.
+    assert "[       OK ] Sim.SeededDelaysReorderWorkAcrossStreams" in proc.stdout
+
+
+def test_a_malformed_setting_is_named(program: Path, tmp_path: Path) -> None:
+    proc = subprocess.run([str(program), "--gtest_filter=Sim.DeviceCount*"], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "LMS_SIM_SEED": "twelve"})
+    assert proc.returncode != 0
+    assert "LMS_SIM_SEED='twelve' is not an integer" in proc.stderr

@@ -1,0 +1,587 @@
+"""`lmsforge port` against what the port-torture run found (shared/evidence/port-torture.md).
+
+One test (or a few) per finding F1–F13, on the real toy upstream of tests/fixtures.py; kills are
+real SIGKILLs of a real lmsforge process at a chosen git call (port_helpers.lmsforge_process).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fixtures import git, lmsforge, one_line_error, snapshot
+from port_helpers import (cli, kill_count, lmsforge_process, port, printed_commands,
+                          reexport_on_git, resolve_storage, run_pasted, start, start_args,
+                          stop_line)
+
+
+@pytest.fixture
+def git_series(toy_series):
+    return reexport_on_git(toy_series)
+
+
+def series_ids(toy, tag: str) -> list[str]:
+    manifest = yaml.safe_load((toy["patches"] / "toy" / tag / "series.yaml").read_text())
+    return [p["id"] for p in manifest["patches"]]
+
+
+def report(toy, tag: str) -> str:
+    return (toy["patches"] / "toy" / tag / "PORT-REPORT.md").read_text()
+
+
+def stopped(toy, into: Path) -> str:
+    return stop_line(start(toy, "v2.0.0", into))
+
+
+def leftovers(toy, into: Path, root: Path) -> list[str]:
+    """What a port may not leave behind once it is over."""
+    found = [str(p) for p in (toy["patches"] / "toy").iterdir() if p.name.startswith(".")]
+    found += [str(p) for p in (root / "tmp").iterdir()] if (root / "tmp").is_dir() else []
+    if into.is_dir():
+        found += [str(into / ".git" / name) for name in ("lmsforge-port.json",
+                                                         "lmsforge-port.lock",
+                                                         "lmsforge-port-tmp")
+                  if (into / ".git" / name).exists()]
+        trees = git(into, "worktree", "list", "--porcelain").count("worktree ")
+        found += [f"{trees - 1} extra work trees"] if trees != 1 else []
+    return found
+
+
+# --- F1: a patch is never lost ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("undo", [("cherry-pick", "--abort"), ("cherry-pick", "--skip"),
+                                  ("reset", "-q", "--hard")])
+def test_f1_continue_after_the_pick_was_undone_refuses_and_keeps_the_patch(git_series, tmp_path,
+                                                                           undo):
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    git(into, *undo)
+    before = snapshot(git_series["patches"])
+    refused = port(git_series, into, "--continue")
+    assert refused.exit_code == 2
+    line = one_line_error(refused)
+    assert "0030-storage-hook.patch is no longer in progress" in line
+    assert "--skip --reason" in line
+    assert snapshot(git_series["patches"]) == before  # no series without the patch
+    # The advice works: redo the pick, resolve, continue.
+    redo = re.search(r"`(git -C \S+ cherry-pick [0-9a-f]{40})`", line)
+    assert redo, line
+    assert subprocess.run(shlex.split(redo.group(1)), capture_output=True).returncode == 1
+    resolve_storage(into)
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    assert series_ids(git_series, "v2.0.0") == ["lms-core", "allocator-hook", "storage-hook"]
+    assert "| storage-hook | 0030-storage-hook.patch | resolved |" in report(git_series, "v2.0.0")
+
+
+def test_f1_an_earlier_patch_reset_away_is_refused(git_series, tmp_path):
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    git(into, "cherry-pick", "--abort")
+    git(into, "reset", "-q", "--hard", "HEAD~1")
+    refused = port(git_series, into, "--continue")
+    assert refused.exit_code == 2
+    line = one_line_error(refused)
+    assert "lost the commits of 0020-allocator-hook.patch" in line
+    assert not (git_series["patches"] / "toy" / "v2.0.0").exists()
+    put_back = re.search(r"`(git -C \S+ reset --hard [0-9a-f]{12})`", line)
+    assert put_back, line
+    subprocess.run(shlex.split(put_back.group(1)), check=True, capture_output=True)
+    # Back to the state of F1: the stopped patch's pick was aborted, nothing else is lost.
+    again = port(git_series, into, "--continue")
+    assert again.exit_code == 2
+    assert "0030-storage-hook.patch is no longer in progress" in one_line_error(again)
+
+
+def test_f1_a_hand_commit_counts_once_it_carries_the_patch_trailer(git_series, tmp_path):
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    resolve_storage(into)
+    git(into, "commit", "-q", "-am", "fix the storage conflict")
+    refused = port(git_series, into, "--continue")
+    assert refused.exit_code == 2
+    line = one_line_error(refused)
+    assert "lacks the trailer `Lms-Patch-Id: storage-hook`" in line
+    amend = re.search(r"`(git -C \S+ commit --amend --no-edit -C [0-9a-f]+)`", line)
+    assert amend, line
+    subprocess.run(shlex.split(amend.group(1)), check=True, capture_output=True)
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    assert "| storage-hook | 0030-storage-hook.patch | resolved |" in report(git_series, "v2.0.0")
+
+
+# --- F2: the state knows its patches folder; printed commands work pasted --------------------
+
+
+def test_f2_continue_with_another_patches_folder_is_refused(git_series, tmp_path):
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    resolve_storage(into)
+    other = tmp_path / "other-patches"
+    other.mkdir()
+    for env in ({}, {"LMSFORGE_PATCHES_DIR": str(other)}):
+        args = ("--patches-dir", str(other)) if not env else ()
+        refused = lmsforge(*args, "port", "--continue", "--into", str(into), env=env)
+        assert refused.exit_code == 2
+        line = one_line_error(refused)
+        assert f"writes its series to {git_series['patches']}" in line
+        assert f"--patches-dir {git_series['patches']} port --continue" in line
+        assert not any(other.iterdir())
+    assert port(git_series, into, "--continue").exit_code == 0
+
+
+def test_f2_every_printed_command_works_pasted_from_another_folder(git_series, tmp_path,
+                                                                   monkeypatch):
+    into = tmp_path / "port dir"  # a space: the commands must quote it
+    line = stopped(git_series, into)
+    commands = printed_commands(line)
+    assert [c.split(" port ")[1].split()[0] for c in commands] == ["--continue", "--skip"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    status = run_pasted(f"lmsforge --patches-dir {git_series['patches']} port --status "
+                        f"--into {shlex.quote(str(into))}")
+    assert status.exit_code == 0
+    assert commands[0] in status.stdout  # --status prints the same next step
+    resolve_storage(into)
+    done = run_pasted(commands[0])
+    assert done.exit_code == 0, done.output
+    assert series_ids(git_series, "v2.0.0") == ["lms-core", "allocator-hook", "storage-hook"]
+
+
+def test_f2_the_printed_skip_works_pasted(git_series, tmp_path):
+    into = tmp_path / "port"
+    skip = printed_commands(stopped(git_series, into))[1]
+    done = run_pasted(skip)
+    assert done.exit_code == 0, done.output
+    manifest = yaml.safe_load((git_series["patches"] / "toy" / "v2.0.0" /
+                               "series.yaml").read_text())
+    assert manifest["skipped"] == [{"id": "storage-hook", "reason": "WHY"}]
+
+
+# --- F3: a hand resolution after a kill is `resolved` ------------------------------------------
+
+
+def test_f3_a_hand_resolution_after_a_kill_is_reported_resolved(git_series, tmp_path):
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v2.0.0", into), tmp_path,
+                              kill={"match": "cherry-pick --allow-empty", "when": "after",
+                                    "rc": "1"})
+    assert killed.returncode == -9, killed.stderr
+    status = port(git_series, into, "--status")
+    assert "→ 0030-storage-hook.patch" in status.stdout
+    assert "was interrupted" in status.stdout
+    resolve_storage(into)
+    git(into, "add", "src/storage.h")
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    assert "| storage-hook | 0030-storage-hook.patch | resolved |" in report(git_series, "v2.0.0")
+    assert leftovers(git_series, into, tmp_path) == []
+
+
+def test_f3_a_recorded_resolution_after_a_kill_is_reported_rerere(git_series, tmp_path):
+    first = tmp_path / "first"
+    stopped(git_series, first)
+    resolve_storage(first)
+    assert port(git_series, first, "--continue").exit_code == 0
+    expected = snapshot(git_series["patches"] / "toy" / "v2.0.0")
+    shutil.move(git_series["patches"] / "toy" / "v2.0.0", tmp_path / "first-series")
+    into = tmp_path / "second"
+    killed = lmsforge_process(start_args(git_series, "v2.0.0", into), tmp_path,
+                              kill={"match": "cherry-pick --allow-empty", "when": "after",
+                                    "rc": "1", "group": "0"})
+    assert killed.returncode == -9, killed.stderr
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    text = report(git_series, "v2.0.0")
+    assert "| storage-hook | 0030-storage-hook.patch | rerere |" in text
+    produced = snapshot(git_series["patches"] / "toy" / "v2.0.0")
+    assert {k: v for k, v in produced.items() if k != "PORT-REPORT.md"} == \
+        {k: v for k, v in expected.items() if k != "PORT-REPORT.md"}
+
+
+# --- F4, F5, F8: kills in the start and finish phases -----------------------------------------
+
+
+@pytest.mark.parametrize("group", ["1", "0"])
+def test_f4_a_kill_while_starting_resumes_with_continue(git_series, tmp_path, group):
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v1.1.0", into), tmp_path,
+                              kill={"match": " am --quiet", "group": group})
+    assert killed.returncode == -9, killed.stderr
+    status = port(git_series, into, "--status")
+    assert status.exit_code == 0
+    assert "interrupted while starting" in status.stdout
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    assert series_ids(git_series, "v1.1.0") == ["lms-core", "allocator-hook", "storage-hook"]
+    assert cli(git_series, "verify", "-f", "toy", "-t", "v1.1.0", "--source",
+               "git").exit_code == 0
+    assert leftovers(git_series, into, tmp_path) == []
+
+
+def test_f4_a_kill_while_starting_is_removed_by_abort(git_series, tmp_path):
+    into = tmp_path / "port"
+    before = snapshot(git_series["patches"])
+    killed = lmsforge_process(start_args(git_series, "v1.1.0", into), tmp_path,
+                              kill={"match": "checkout --quiet -b lms/toy/v1.1.0"})
+    assert killed.returncode == -9, killed.stderr
+    result = port(git_series, into, "--abort")
+    assert result.exit_code == 0, result.output
+    assert not into.exists()
+    assert snapshot(git_series["patches"]) == before
+    assert leftovers(git_series, into, tmp_path) == []
+
+
+def test_f4_a_kill_before_the_state_exists_lets_the_port_start_again(git_series, tmp_path):
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v1.1.0", into), tmp_path,
+                              kill={"match": "init --quiet", "when": "after"})
+    assert killed.returncode == -9, killed.stderr
+    assert [p.name for p in into.iterdir()] == [".git"]
+    for action in ("--status", "--continue"):
+        result = port(git_series, into, action)
+        assert result.exit_code == 2
+        assert "no port in progress" in one_line_error(result)
+    result = start(git_series, "v1.1.0", into)
+    assert result.exit_code == 0, result.output
+
+
+def test_a_pick_killed_inside_git_is_redone_and_the_users_files_stay(git_series, tmp_path):
+    """Found by the random-kill test: a kill inside `git cherry-pick` can leave the file the
+    patch adds in the tree, untracked; the resumed pick must not trip over it."""
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v1.1.0", into), tmp_path,
+                              kill={"match": "cherry-pick --allow-empty"})
+    assert killed.returncode == -9, killed.stderr
+    # What git had written when it died, and a file of the user's.
+    (into / "src" / "lms.c").write_text("int lms_reclaim(void) { return 0; }\n")
+    (into / "notes.txt").write_text("mine\n")
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    assert (into / "notes.txt").read_text() == "mine\n"
+    assert series_ids(git_series, "v1.1.0") == ["lms-core", "allocator-hook", "storage-hook"]
+
+
+@pytest.mark.parametrize("left", ["markers", "cut", "edit"])
+def test_a_kill_around_rerere_is_mended_but_an_edit_is_kept(git_series, tmp_path, left):
+    """Found by the random-kill test: rerere rewrites a conflicted file in place, so a kill can
+    leave it cut short (no markers, still unmerged). A kill can also come before rerere ran.
+    Both must resume as rerere would have ended; a file someone edited must stay theirs."""
+    first = tmp_path / "first"
+    stopped(git_series, first)
+    resolve_storage(first)
+    assert port(git_series, first, "--continue").exit_code == 0
+    shared = git_series["patches"] / "toy" / "rr-cache"
+    (resolution,) = shared.iterdir()
+    shutil.move(git_series["patches"] / "toy" / "v2.0.0", tmp_path / "first-series")
+    shutil.move(shared, tmp_path / "rr-cache")  # the port starts without it ...
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v2.0.0", into), tmp_path,
+                              kill={"match": "cherry-pick --allow-empty", "when": "after",
+                                    "rc": "1"})
+    assert killed.returncode == -9, killed.stderr
+    # ... and the resolution appears in the tree's cache as if rerere had it all along and
+    # had not yet written it (markers), was killed writing it (cut), or someone edited (edit).
+    shutil.copy(tmp_path / "rr-cache" / resolution.name / "postimage",
+                into / ".git" / "rr-cache" / resolution.name)
+    storage = into / "src" / "storage.h"
+    assert b"<<<<<<<" in storage.read_bytes()
+    mine = "struct storage {\n  void *data;\n  size_t n;\n  void *mine;\n};\n"
+    if left == "cut":
+        storage.write_text("struct storage {\n  void")  # the start of the recorded resolution
+    elif left == "edit":
+        storage.write_text(mine)
+    done = port(git_series, into, "--continue")
+    if left == "edit":
+        assert done.exit_code == 3 and "no conflict markers left" in stop_line(done)
+        assert storage.read_text() == mine
+        done = port(git_series, into, "--continue")
+        assert done.exit_code == 0, done.output
+        assert "| storage-hook | 0030-storage-hook.patch | resolved |" in report(git_series,
+                                                                           "v2.0.0")
+        assert "+  void *mine;" in (git_series["patches"] / "toy" / "v2.0.0" /
+                                    "0030-storage-hook.patch").read_text()
+        return
+    assert done.exit_code == 0, done.output
+    assert "| storage-hook | 0030-storage-hook.patch | rerere |" in report(git_series, "v2.0.0")
+    assert (git_series["patches"] / "toy" / "v2.0.0" / "0030-storage-hook.patch").read_bytes() \
+        == (tmp_path / "first-series" / "0030-storage-hook.patch").read_bytes()
+
+
+FINISH_KILLS = [{"match": "format-patch", "when": "after"},
+                {"match": "worktree add", "when": "after", "group": "0"},
+                {"match": " am --quiet", "nth": "2"}]
+
+
+@pytest.mark.parametrize("kill", FINISH_KILLS, ids=["export", "round-trip-tree", "round-trip-am"])
+def test_f5_a_kill_while_finishing_resumes_and_leaves_nothing(git_series, tmp_path, kill):
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v1.1.0", into), tmp_path, kill=kill)
+    assert killed.returncode == -9, killed.stderr
+    assert not any((tmp_path / "tmp").iterdir())  # temporary files live in the work tree
+    assert "every patch is in" in port(git_series, into, "--status").stdout
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    assert leftovers(git_series, into, tmp_path) == []
+    assert cli(git_series, "verify", "-f", "toy", "-t", "v1.1.0", "--source",
+               "git").exit_code == 0
+
+
+def test_f5_a_kill_while_finishing_is_removed_by_abort(git_series, tmp_path):
+    into = tmp_path / "port"
+    before = snapshot(git_series["patches"])
+    killed = lmsforge_process(start_args(git_series, "v1.1.0", into), tmp_path,
+                              kill={"match": "worktree add", "when": "after"})
+    assert killed.returncode == -9, killed.stderr
+    assert any(p.name.startswith(".") for p in (git_series["patches"] / "toy").iterdir())
+    result = port(git_series, into, "--abort")
+    assert result.exit_code == 0, result.output
+    assert snapshot(git_series["patches"]) == before
+    assert not into.exists()
+
+
+def test_f8_a_kill_after_the_series_is_written_is_recognised_as_finished(git_series, tmp_path):
+    # An uninterrupted run counts the `git worktree prune` calls; the last one comes after the
+    # series folder is in place, so a kill there leaves a written series and a state file.
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    copy = dict(git_series, patches=reference / "patches")
+    shutil.copytree(git_series["patches"], copy["patches"])
+    counted = lmsforge_process(start_args(copy, "v1.1.0", reference / "port"), reference,
+                               kill={"match": "worktree prune", "nth": "0"})
+    assert counted.returncode == 0, counted.stderr
+    last = kill_count(reference)
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v1.1.0", into), tmp_path,
+                              kill={"match": "worktree prune", "nth": str(last)})
+    assert killed.returncode == -9, killed.stderr
+    assert (git_series["patches"] / "toy" / "v1.1.0" / "series.yaml").is_file()
+    assert "the series is written" in port(git_series, into, "--status").stdout
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    assert snapshot(git_series["patches"] / "toy" / "v1.1.0") == \
+        snapshot(copy["patches"] / "toy" / "v1.1.0")
+    assert leftovers(git_series, into, tmp_path) == []
+
+
+# --- F6: a refused --continue keeps the conflict ------------------------------------------------
+
+
+def test_f6_a_refused_continue_keeps_the_conflict_state(git_series, tmp_path):
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    refused = port(git_series, into, "--continue")
+    assert refused.exit_code == 2
+    assert "conflict markers remain in src/storage.h" in one_line_error(refused)
+    assert git(into, "status", "--porcelain", "--untracked-files=no") == "UU src/storage.h"
+    git(into, "checkout", "--ours", "src/storage.h")  # works only while the conflict is kept
+    assert (into / "src" / "storage.h").read_text() == \
+        git(git_series["upstream"], "show", "v2.0.0:src/storage.h") + "\n"
+
+
+def test_f6_a_whitespace_refusal_keeps_the_conflict_state(git_series, tmp_path):
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    (into / "src" / "storage.h").write_text(
+        "struct storage {\n  void *data;\n  size_t n;\n  void *lms;   \n};\n")
+    refused = port(git_series, into, "--continue")
+    assert refused.exit_code == 2
+    assert "whitespace errors in src/storage.h" in one_line_error(refused)
+    assert git(into, "status", "--porcelain", "--untracked-files=no") == "UU src/storage.h"
+
+
+# --- F7: --abort into an existing empty folder --------------------------------------------------
+
+
+def test_f7_abort_empties_an_existing_empty_folder(git_series, tmp_path):
+    into = tmp_path / "port"
+    into.mkdir()
+    before = snapshot(git_series["patches"])
+    stopped(git_series, into)
+    result = port(git_series, into, "--abort")
+    assert result.exit_code == 0, result.output
+    assert into.is_dir() and not any(into.iterdir())
+    assert snapshot(git_series["patches"]) == before
+    stopped(git_series, into)  # the folder takes a new port
+
+
+# --- F9, F12: the report names the exported files and the renames ------------------------------
+
+
+def _tag_upstream(toy, tag: str, change) -> None:
+    upstream = toy["upstream"]
+    git(upstream, "checkout", "-q", "v1.1.0")
+    change(upstream)
+    git(upstream, "add", "-A")
+    git(upstream, "commit", "-q", "-m", f"upstream work for {tag}")
+    git(upstream, "tag", tag)
+
+
+def test_f9_the_report_names_the_files_of_the_new_series(git_series, tmp_path):
+    _tag_upstream(git_series, "v1.2.0", lambda up: (up / "src" / "lms.c").write_text(
+        "int lms_reclaim(void) { return 0; }\n"))
+    assert start(git_series, "v1.2.0", tmp_path / "port").exit_code == 0
+    text = report(git_series, "v1.2.0")
+    assert "| lms-core | — (not in this series) | dropped | 0010-lms-core.patch |" in text
+    assert "| allocator-hook | 0010-allocator-hook.patch | picked | 0020-allocator-hook.patch |" \
+        in text
+    assert "| storage-hook | 0020-storage-hook.patch | picked | 0030-storage-hook.patch |" in text
+    files = sorted(p.name for p in (git_series["patches"] / "toy" / "v1.2.0").glob("*.patch"))
+    assert files == ["0010-allocator-hook.patch", "0020-storage-hook.patch"]
+
+
+def test_f12_the_risk_table_and_the_outcome_name_an_upstream_rename(git_series, tmp_path):
+    _tag_upstream(git_series, "v1.3.0",
+                  lambda up: git(up, "mv", "src/alloc.c", "src/allocator.c"))
+    result = start(git_series, "v1.3.0", tmp_path / "port")
+    assert result.exit_code == 0, result.output
+    assert "renamed: src/alloc.c → src/allocator.c" in result.stdout
+    text = report(git_series, "v1.3.0")
+    risk = text.split("## Risk table")[1]
+    row = next(ln for ln in risk.splitlines() if ln.startswith("| allocator-hook | 0020-"))
+    assert row.endswith("| low | src/alloc.c → src/allocator.c |"), row
+    assert "| allocator-hook | 0020-allocator-hook.patch | picked | 0020-allocator-hook.patch | " \
+           "applied to what upstream renamed: src/alloc.c → src/allocator.c |" in text
+    patch = (git_series["patches"] / "toy" / "v1.3.0" / "0020-allocator-hook.patch").read_text()
+    assert "+++ b/src/allocator.c" in patch
+
+
+# --- F10: usage errors about --into -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("action", ["--status", "--continue", "--abort"])
+def test_f10_a_missing_into_folder_is_a_usage_error(git_series, tmp_path, action):
+    result = port(git_series, tmp_path / "missing", action)
+    assert result.exit_code == 2
+    assert "does not exist" in one_line_error(result)
+
+
+def test_f10_a_skip_into_a_missing_folder_is_a_usage_error(git_series, tmp_path):
+    result = port(git_series, tmp_path / "missing", "--skip", "--reason", "r")
+    assert result.exit_code == 2
+    assert "does not exist" in one_line_error(result)
+
+
+def test_f10_into_a_file_or_a_plain_folder_is_a_usage_error(git_series, tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    plain = tmp_path / "plain"
+    (plain / "sub").mkdir(parents=True)
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", str(repo))
+    for result, words in ((start(git_series, "v2.0.0", a_file), "is a file"),
+                          (port(git_series, a_file, "--status"), "is a file"),
+                          (port(git_series, plain, "--status"), "not a port work tree"),
+                          (port(git_series, repo, "--continue"), "no port in progress"),
+                          (port(git_series, repo, "--abort"), "no port in progress")):
+        assert result.exit_code == 2
+        assert words in one_line_error(result)
+    assert a_file.read_text() == "x" and [p.name for p in plain.iterdir()] == ["sub"]
+    assert (repo / ".git").is_dir()
+
+
+def test_f10_a_second_abort_is_a_usage_error(git_series, tmp_path):
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    assert port(git_series, into, "--abort").exit_code == 0
+    again = port(git_series, into, "--abort")
+    assert again.exit_code == 2
+    assert "does not exist" in one_line_error(again)
+
+
+def test_f10_continue_inside_the_work_tree_needs_no_into(git_series, tmp_path, monkeypatch):
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    resolve_storage(into)
+    monkeypatch.chdir(into / "src")
+    done = cli(git_series, "port", "--continue")
+    assert done.exit_code == 0, done.output
+
+
+# --- F11: messages that say what to do ----------------------------------------------------------
+
+
+def test_f11_an_empty_resolution_points_to_skip(git_series, tmp_path):
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    git(into, "checkout", "--ours", "src/storage.h")
+    git(into, "add", "src/storage.h")
+    refused = port(git_series, into, "--continue")
+    assert refused.exit_code == 2
+    line = one_line_error(refused)
+    assert "leaves 0030-storage-hook.patch empty" in line
+    skip = next(c for c in printed_commands(line) if "--skip" in c)
+    assert run_pasted(skip).exit_code == 0
+
+
+def test_f11_an_existing_series_says_what_to_do(git_series, tmp_path):
+    result = start(git_series, "v1.0.0", tmp_path / "port")
+    assert result.exit_code == 2
+    assert "move it away" in one_line_error(result)
+
+
+def test_f11_skip_works_right_after_a_kill_in_a_conflict(git_series, tmp_path):
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v2.0.0", into), tmp_path,
+                              kill={"match": "cherry-pick --allow-empty", "when": "after",
+                                    "rc": "1"})
+    assert killed.returncode == -9, killed.stderr
+    done = port(git_series, into, "--skip", "--reason", "not needed on 2.0")
+    assert done.exit_code == 0, done.output
+    assert series_ids(git_series, "v2.0.0") == ["lms-core", "allocator-hook"]
+
+
+def test_f11_an_unknown_upstream_tag_is_named_without_mirror_advice(git_series, tmp_path):
+    result = start(git_series, "v9.9.9", tmp_path / "port")
+    assert result.exit_code == 2
+    line = one_line_error(result)
+    assert "has no tag v9.9.9" in line and "--mirror" not in line
+    assert not (tmp_path / "port").exists()
+
+
+# --- F13: cosmetics and leftovers ---------------------------------------------------------------
+
+
+def test_f13_a_skip_reason_cannot_break_the_report_table(git_series, tmp_path):
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    done = port(git_series, into, "--skip", "--reason", "a | b\nc")
+    assert done.exit_code == 0, done.output
+    rows = [ln for ln in report(git_series, "v2.0.0").splitlines()
+            if ln.startswith("| storage-hook |")]
+    assert rows[0] == ("| storage-hook | — (not in this series) | skipped | "
+                       "0030-storage-hook.patch | a \\| b c |")
+
+
+def test_f13_a_clean_port_leaves_ordinary_folders_and_no_debris(git_series, tmp_path):
+    into = tmp_path / "port"
+    result = lmsforge_process(start_args(git_series, "v1.1.0", into), tmp_path)
+    assert result.returncode == 0, result.stderr
+    umask = os.umask(0)
+    os.umask(umask)
+    folder = git_series["patches"] / "toy" / "v1.1.0"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~umask
+    assert not (git_series["patches"] / "toy" / "rr-cache").exists()  # nothing to save
+    assert leftovers(git_series, into, tmp_path) == []
+
+
+def test_f13_status_sums_up_and_status_of_the_tree_names_the_port(git_series, tmp_path):
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    status = port(git_series, into, "--status")
+    assert "3 patches: 2 picked, 1 pending" in status.stdout
+    assert "0010-lms-core.patch" not in status.stdout  # plain picks are counted, not listed
+    tree = cli(git_series, "status", "--tree", str(into))
+    assert tree.exit_code == 0
+    assert "toy v1.0.0 → v2.0.0 in progress (replaying, stopped at 0030-storage-hook.patch; " \
+           "the work is on branch lms/toy/v2.0.0)" in tree.stdout

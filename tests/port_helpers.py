@@ -1,0 +1,265 @@
+"""Helpers shared by the port tests: the stop line, and running a printed command as pasted."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from click.testing import Result
+
+from fixtures import ALLOCATOR_V1, ENV, STORAGE_V1, git, lmsforge
+
+
+def stop_line(result: Result) -> str:
+    """The single `lmsforge: port stopped at` line of a port that stopped for the user (exit 3)."""
+    assert result.exit_code == 3, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("lmsforge: ")]
+    assert len(lines) == 1 and lines[0].startswith("lmsforge: port stopped at "), result.stderr
+    return lines[0]
+
+
+def printed_commands(text: str) -> list[str]:
+    """Every `lmsforge …` command quoted in backticks in TEXT."""
+    return re.findall(r"`(lmsforge [^`]+)`", text)
+
+
+def run_pasted(command: str, env: dict[str, str] | None = None) -> Result:
+    """Run a printed command exactly as a user pasting it into a shell would."""
+    words = shlex.split(command)
+    assert words[0] == "lmsforge", command
+    return lmsforge(*words[1:], env=env)
+
+
+# --- a long series over an upstream with every porting situation ---------------------------------
+
+STORAGE_RESOLVED = "struct storage {\n  void *data;\n  size_t n;\n  void *lms;\n};\n"
+
+
+def part_text(number: int) -> str:
+    return f"int lms_part_{number}(void) {{ return {number}; }}\n"
+
+
+def make_long_upstream(root: Path) -> Path:
+    """Tags v1.0.0 and v2.0.0; between them upstream renames the allocator (and moves its
+    code down), changes the storage line the series hooks, and adopts one LMS file."""
+    repo = root / "long-upstream"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "src").mkdir()
+    (repo / "src" / "alloc.c").write_text(ALLOCATOR_V1)
+    (repo / "src" / "storage.h").write_text(STORAGE_V1)
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "toy 1.0.0")
+    git(repo, "tag", "v1.0.0")
+    git(repo, "mv", "src/alloc.c", "src/allocator.c")
+    (repo / "src" / "allocator.c").write_text("/* the allocator */\n" + ALLOCATOR_V1)
+    git(repo, "commit", "-q", "-am", "rename the allocator")
+    (repo / "src" / "storage.h").write_text(STORAGE_V1.replace("unsigned long size", "size_t n"))
+    git(repo, "commit", "-q", "-am", "storage: rename size")
+    (repo / "src" / "lms").mkdir()
+    (repo / "src" / "lms" / "part005.c").write_text(part_text(5))
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "adopt an LMS helper")
+    git(repo, "tag", "v2.0.0")
+    return repo
+
+
+def long_series_patches(count: int) -> list[tuple[str, str, str, dict[str, str]]]:
+    """(slug, class, subject, {path: new content}) for COUNT patches, hooks in the middle."""
+    patches = []
+    step_20 = "int step_20(void) { return 20; }\n"
+    alloc_hooked = ALLOCATOR_V1.replace(step_20, step_20 + "int lms_reclaim(void);\n")
+    storage_hooked = STORAGE_V1.replace("  unsigned long size;\n",
+                                        "  unsigned long size;\n  void *lms;\n")
+    for number in range(1, count + 1):
+        if number == count // 3:
+            patches.append(("allocator-hook", "hook", "Reclaim in the allocator",
+                            {"src/alloc.c": alloc_hooked}))
+        elif number == count // 2:
+            patches.append(("storage-hook", "hook", "Track LMS state per storage",
+                            {"src/storage.h": storage_hooked}))
+        else:
+            patches.append((f"part-{number:03d}", "new-files", f"Add LMS part {number}",
+                            {f"src/lms/part{number:03d}.c": part_text(number)}))
+    return patches
+
+
+def commit_many(tree: Path, patches: list[tuple[str, str, str, dict[str, str]]]) -> None:
+    """Commit PATCHES on the tree's branch in one `git fast-import` (a maintainer's commits)."""
+    branch = git(tree, "symbolic-ref", "HEAD")
+    stream = []
+    for number, (slug, klass, subject, files) in enumerate(patches, 1):
+        message = (f"{subject}\n\nWhy: tests need a long series.\n\nLms-Patch-Id: {slug}\n"
+                   f"Lms-Class: {klass}\n").encode()
+        stream.append(f"commit {branch}\n".encode())
+        stream.append(b"author lmsforge <lmsforge@lmsforge.invalid> 1700000000 +0000\n")
+        stream.append(b"committer lmsforge <lmsforge@lmsforge.invalid> 1700000000 +0000\n")
+        stream.append(f"data {len(message)}\n".encode() + message)
+        if number == 1:
+            stream.append(f"from {git(tree, 'rev-parse', 'HEAD')}\n".encode())
+        for path, text in files.items():
+            data = text.encode()
+            stream.append(f"M 100644 inline {path}\ndata {len(data)}\n".encode() + data)
+        stream.append(b"\n")
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=tree, input=b"".join(stream),
+                   check=True, env={**os.environ, **ENV})
+    git(tree, "reset", "-q", "--hard", "HEAD")
+
+
+def make_long_toy(root: Path, count: int) -> dict[str, Path]:
+    """A patches folder declaring the long upstream, with a COUNT-patch series on v1.0.0."""
+    upstream = make_long_upstream(root)
+    patches = root / "patches"
+    folder = patches / "toy"
+    folder.mkdir(parents=True)
+    lines = ["framework: toy", "git:", f"  url: {upstream}", "tags:"]
+    for tag in ("v1.0.0", "v2.0.0"):
+        lines += [f"  {tag}:", f"    commit: {git(upstream, 'rev-parse', tag + '^{commit}')}"]
+    (folder / "upstream.yaml").write_text("\n".join(lines) + "\n")
+    tree = root / "work" / "series-tree"
+    result = lmsforge("--patches-dir", str(patches), "apply", "-f", "toy", "-t", "v1.0.0",
+                      "--new", "--source", "git", "--into", str(tree))
+    assert result.exit_code == 0, result.output
+    commit_many(tree, long_series_patches(count))
+    result = lmsforge("--patches-dir", str(patches), "export", "-f", "toy", "-t", "v1.0.0",
+                      "--tree", str(tree))
+    assert result.exit_code == 0, result.output
+    return {"upstream": upstream, "patches": patches, "tree": tree, "root": root}
+
+
+# --- killing lmsforge at a chosen git call ------------------------------------------------------
+
+_KILLING_GIT = """#!/bin/bash
+# Test stand-in for git: runs the real git, and SIGKILLs the lmsforge process that called it
+# (alone, or with its whole process group) before or after the Nth call matching a pattern.
+fire() {
+  echo >> "$LMSFORGE_TEST_KILL_COUNT"
+  [ "$(wc -l < "$LMSFORGE_TEST_KILL_COUNT")" = "${LMSFORGE_TEST_KILL_NTH:-1}" ] || return 0
+  if [ "$LMSFORGE_TEST_KILL_GROUP" = 1 ]; then kill -KILL -- "-$PPID"; sleep 5; fi
+  kill -KILL "$PPID"  # alone: this git call goes on as an orphan, as git does
+}
+matching=0
+case " $* " in *"$LMSFORGE_TEST_KILL_MATCH"*) matching=1 ;; esac
+[ "$matching" = 1 ] && [ "$LMSFORGE_TEST_KILL_WHEN" = before ] && fire
+"$LMSFORGE_TEST_REAL_GIT" "$@"
+rc=$?
+if [ "$matching" = 1 ] && [ "$LMSFORGE_TEST_KILL_WHEN" = after ] && \\
+   { [ -z "$LMSFORGE_TEST_KILL_RC" ] || [ "$LMSFORGE_TEST_KILL_RC" = "$rc" ]; }; then
+  fire
+fi
+exit $rc
+"""
+
+
+def lmsforge_process(args: list[str], root: Path, *, kill: dict[str, str] | None = None,
+                     timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run `python -m lmsforge ARGS` in its own process group, with $TMPDIR at ROOT/tmp.
+
+    KILL (match, when=before|after, rc, nth, group=1|0) SIGKILLs it at one git call; a process
+    killed alone may leave git children running, so this waits until its group is gone.
+    """
+    env = {**os.environ, "TMPDIR": str(root / "tmp")}
+    (root / "tmp").mkdir(exist_ok=True)
+    if kill is not None:
+        wrapper = root / "killing-git"
+        wrapper.mkdir(exist_ok=True)
+        (wrapper / "git").write_text(_KILLING_GIT)
+        (wrapper / "git").chmod(0o755)
+        counter = root / "kill-count"
+        counter.write_text("")
+        env.update(PATH=f"{wrapper}{os.pathsep}{env['PATH']}",
+                   LMSFORGE_TEST_REAL_GIT=shutil.which("git") or "git",
+                   LMSFORGE_TEST_KILL_COUNT=str(counter),
+                   LMSFORGE_TEST_KILL_MATCH=kill["match"],
+                   LMSFORGE_TEST_KILL_WHEN=kill.get("when", "before"),
+                   LMSFORGE_TEST_KILL_RC=kill.get("rc", ""),
+                   LMSFORGE_TEST_KILL_NTH=kill.get("nth", "1"),
+                   LMSFORGE_TEST_KILL_GROUP=kill.get("group", "1"))
+    proc = subprocess.Popen([sys.executable, "-m", "lmsforge", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    stdout, stderr = proc.communicate(timeout=timeout)
+    wait_for_group(proc.pid)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def wait_for_group(pgid: int, timeout: float = 30) -> None:
+    """Orphaned children of a killed process finish what they were doing; wait for them."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process group {pgid} still runs after {timeout} s")
+
+
+def kill_count(root: Path) -> int:
+    """How many git calls matched the last KILL pattern (with nth=0 nothing is killed)."""
+    return len((root / "kill-count").read_text().splitlines())
+
+
+# --- the toy series of tests/fixtures.py, driven through the CLI --------------------------------
+
+
+def cli(toy: dict[str, Path], *args: str, env: dict[str, str] | None = None) -> Result:
+    return lmsforge("--patches-dir", str(toy["patches"]), *args, env=env)
+
+
+def port(toy: dict[str, Path], into: Path, *args: str) -> Result:
+    return cli(toy, "port", "--into", str(into), *args)
+
+
+def start(toy: dict[str, Path], to: str, into: Path, *extra: str) -> Result:
+    return port(toy, into, "-f", "toy", "--from", "v1.0.0", "--to", to, "--source", "git",
+                *extra)
+
+
+def start_args(toy: dict[str, Path], to: str, into: Path) -> list[str]:
+    """The same start as `start`, as arguments for `lmsforge_process`."""
+    return ["--patches-dir", str(toy["patches"]), "port", "--into", str(into), "-f", "toy",
+            "--from", "v1.0.0", "--to", to, "--source", "git"]
+
+
+def reexport_on_git(toy: dict[str, Path]) -> dict[str, Path]:
+    """The toy series re-exported on the git source, so A and B share upstream history."""
+    tree = toy["work"] / "git-tree"
+    result = cli(toy, "apply", "-f", "toy", "-t", "v1.0.0", "--source", "git", "--into",
+                 str(tree))
+    assert result.exit_code == 0, result.output
+    assert cli(toy, "export", "-f", "toy", "-t", "v1.0.0", "--tree", str(tree)).exit_code == 0
+    return toy
+
+
+def resolve_storage(into: Path) -> None:
+    """The hand resolution of the toy's storage-hook conflict on v2.0.0."""
+    (into / "src" / "storage.h").write_text(STORAGE_RESOLVED)
+
+
+def record_storage_resolution(toy: dict[str, Path], work: Path) -> None:
+    """Put the resolution of the long series' storage conflict in the shared rerere cache.
+
+    Made the way git makes it: a cherry-pick of the storage hook onto v2.0.0 in a scratch
+    repository with rerere on, the resolution written, `git rerere` recording it.
+    """
+    scratch = work / "rerere-scratch"
+    git(work, "init", "-q", str(scratch))
+    git(scratch, "config", "rerere.enabled", "true")
+    git(scratch, "fetch", "-q", str(toy["upstream"]), "refs/tags/v2.0.0:refs/tags/v2.0.0")
+    git(scratch, "fetch", "-q", str(toy["tree"]), "HEAD:refs/heads/series")
+    git(scratch, "checkout", "-q", "v2.0.0")
+    hook = git(scratch, "log", "--format=%H", "--grep=Lms-Patch-Id: storage-hook", "series")
+    pick = subprocess.run(["git", "cherry-pick", hook], cwd=scratch, capture_output=True,
+                          env={**os.environ, **ENV})
+    assert pick.returncode == 1, pick.stderr  # the conflict the port meets
+    (scratch / "src" / "storage.h").write_text(STORAGE_RESOLVED)
+    git(scratch, "rerere")
+    shutil.copytree(scratch / ".git" / "rr-cache", toy["patches"] / "toy" / "rr-cache")
+    shutil.rmtree(scratch)

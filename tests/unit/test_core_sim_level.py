@@ -1,0 +1,98 @@
+"""The core-sim level's plumbing without a build: its place among the levels, its verdicts and
+the lines a failure prints (the runs themselves: tests/integration/test_core_sim.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fixtures import lmsforge
+from lmsforge.frameworks import pytorch, tensorflow
+from lmsforge.verify.levels import FAIL, LEVELS, PASS, SKIPPED, LevelContext
+from lmsforge.verify.pytorch_c10 import build, sim_level
+from lmsforge.verify.pytorch_c10.gtest import GtestReport
+
+BINARY = Path("/b/lms_cuda_tests_sim")
+BUILT = build.BuildResult(12.0, 3, Path("/b/build.log"))
+
+
+def _seed(seed: int, passed: int = 12, failures: tuple[str, ...] = (),
+          skips: tuple[str, ...] = ()) -> sim_level.SeedRun:
+    report = GtestReport(passed, len(failures), len(skips), 0, failures, skips)
+    problem = ""
+    if failures or skips:
+        problem = f"something; replay: {sim_level.replay_command(BINARY, seed, failures)}"
+    return sim_level.SeedRun(seed, report, problem, 1.5, Path(f"/w/core-sim.seed-{seed}.log"))
+
+
+def _bench(name: str, problem: str = "") -> sim_level.BenchRun:
+    return sim_level.BenchRun(name, problem, Path(f"/w/{name}.json"), 3.0)
+
+
+def test_core_sim_sits_between_core_cpu_and_core_gpu() -> None:
+    assert LEVELS.index("core-cpu") + 1 == LEVELS.index("core-sim") == LEVELS.index("core-gpu") - 1
+    assert set(pytorch._RUNNERS) == set(tensorflow._RUNNERS) == set(LEVELS) - {"apply"}
+
+
+def test_tensorflow_has_no_core_sim(tmp_path: Path) -> None:
+    ctx = LevelContext("tensorflow", "v2.14.1", tmp_path, "0" * 40, tmp_path / "w",
+                       say=lambda _: None)
+    result = tensorflow.run_level("core-sim", ctx)
+    assert result.status == SKIPPED
+    assert "simulated CUDA runtime" in result.detail
+
+
+def test_a_tree_without_cuda_tests_fails(tmp_path: Path) -> None:
+    (tmp_path / "c10" / "cuda" / "test").mkdir(parents=True)
+    ctx = LevelContext("pytorch", "v2.6.0", tmp_path, "0" * 40, tmp_path / "w",
+                       say=lambda _: None)
+    result = pytorch.run_level("core-sim", ctx)
+    assert result.status == FAIL
+    assert result.detail.startswith("no LMS CUDA test sources")
+
+
+def test_every_seed_passing_is_a_simulated_pass() -> None:
+    result = sim_level.judge([_seed(1), _seed(2)], [_bench("copy-engine")], BUILT, "log")
+    assert result.status == PASS
+    assert result.detail == ("12 CUDA tests passed under each of 2 seeds; both benchmarks' data "
+                             "checks passed (simulated CUDA runtime, not a GPU result)")
+    assert result.facts["simulated"] is True and result.facts["gpu"] is False
+    assert [run["seed"] for run in result.facts["seeds"]] == [1, 2]
+
+
+def test_benchmarks_that_cannot_be_built_are_said(tmp_path: Path) -> None:
+    result = sim_level.judge([_seed(1)], [], BUILT, "log",
+                             no_benchmarks=build.benchmarks_unavailable(tmp_path))
+    assert result.status == PASS
+    assert "benchmarks not built: they use c10/core/CachingDeviceAllocator.h" in result.detail
+
+
+def test_a_failing_seed_is_named_with_its_replay() -> None:
+    runs = [_seed(1), _seed(2, passed=11, failures=("Suite.Broken",)), _seed(3)]
+    result = sim_level.judge(runs, [], BUILT, "log")
+    assert result.status == FAIL
+    assert result.detail.startswith("1 of 3 seeds failed; seed 2: something; replay: "
+                                    "LMS_SIM_DEVICES=2 LMS_SIM_SEED=2 /b/lms_cuda_tests_sim "
+                                    "--gtest_filter=Suite.Broken")
+
+
+def test_a_skipped_test_fails_the_level() -> None:
+    result = sim_level.judge([_seed(1, skips=("Suite.NeedsTwo",))], [], BUILT, "log")
+    assert result.status == FAIL and "seed 1" in result.detail
+
+
+def test_a_benchmark_with_wrong_data_fails_the_level() -> None:
+    result = sim_level.judge([_seed(1)], [_bench("oversubscription", "bad gradient")], BUILT, "l")
+    assert (result.status, result.detail) == (FAIL, "benchmark oversubscription: bad gradient")
+
+
+def test_the_stop_message_of_a_crashed_program() -> None:
+    lines = ["LMS active", "terminate called after throwing an instance of 'c10::Error'",
+             "  what():  Should never been called", "frame #0: c10::Error::Error", "frame #1: x"]
+    assert sim_level.last_message(lines) == "what():  Should never been called"
+    assert sim_level.last_message(["ok", "frame #0: y"]) == "ok"
+
+
+def test_sim_seeds_must_be_positive() -> None:
+    result = lmsforge("verify", "--level", "core-sim", "--sim-seeds", "0")
+    assert result.exit_code == 2
+    assert "--sim-seeds" in result.output
