@@ -115,10 +115,13 @@ def check_target(path: Path, framework: str, tag: str) -> bool:
 
 
 def check_related(path: Path, identity: TreeIdentity) -> None:
-    """An existing repository is taken only if it holds this framework already: an lmsforge work
-    tree of it, the tag's commit, or its upstream commit. Anything else is someone's other work."""
+    """An existing repository is taken only if it holds this framework already (an lmsforge work
+    tree of it, the tag's commit, or its upstream commit) or nothing at all (no ref: a fresh
+    `git init`, as a port makes). Anything else is someone's other work."""
     meta = read_meta(path)
     if meta is not None and meta.framework == identity.framework:
+        return
+    if not git.out(["for-each-ref", "--count=1", "--format=%(refname)"], path):
         return
     for commit in (identity.commit, identity.upstream_commit):
         if commit and git.run(["cat-file", "-e", f"{commit}^{{commit}}"], path,

@@ -499,6 +499,9 @@ CASES: list[Case] = [
     Case("A26", then(unrelated_repo, apply_into("someone-else")), 2,
          "holds neither toy v1.0.0 nor an lmsforge work tree",
          unchanged=lambda env: [env.root / "someone-else"]),
+    # A fresh `git init` holds nobody's work: taken (port starts its work tree this way).
+    Case("A26b", then(lambda env: git(make_dir("just-init")(env), "init", "-q"),
+                      apply_into("just-init")), 0, "branch lms/toy/v1.0.0"),
     Case("A27", then(make_dir("ro-empty", mode=0o555), apply_into("ro-empty")), 2,
          "is not writable by this user", how="no-caps"),
     Case("A28", then(make_dir("ro-parent", mode=0o555), apply_into("ro-parent", "new")), 2,
