@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import sys
+import tempfile
 import traceback
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import click
 
 from lmsforge import __version__, ui
 from lmsforge.credentials import redact
-from lmsforge.errors import EXIT_USAGE, LmsforgeError
+from lmsforge.errors import EXIT_FAILED, EXIT_USAGE, LmsforgeError
 from lmsforge.options import Options
 from lmsforge.verify.levels import DEFAULT_SIM_SEEDS, LEVELS
 
@@ -28,13 +30,42 @@ def _invoke(ctx: click.Context, action: Callable[[Options], int]) -> None:
     except KeyboardInterrupt:
         ui.error("interrupted; nothing half-done was kept (run the command again)")
         code = 130
+    except OSError as exc:
+        code = _environment_error(exc, opts)
     except Exception:  # an lmsforge bug: one line for the user, the traceback in a file
-        log = opts.cache.root / "logs" / "last-error.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(redact(traceback.format_exc()))  # a URL in it may carry a token
-        ui.error(redact(f"internal error: {sys.exc_info()[1]!r}; full traceback in {log}"))
-        code = 1
+        code = _internal_error(opts)
     ctx.exit(code)
+
+
+def _environment_error(exc: OSError, opts: Options) -> int:
+    """A full disk or a permission the user lacks is not an lmsforge bug: one line, no log."""
+    where = exc.filename or ""
+    if exc.errno == errno.ENOSPC:
+        ui.error(f"no space left on the device of {where or opts.cache.root}; free space there, "
+                 "or pass --cache-dir on a larger disk")
+        return EXIT_FAILED
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        ui.error(f"{where or 'a file'}: {exc.strerror}; fix its permissions or choose another "
+                 "folder")
+        return EXIT_USAGE
+    return _internal_error(opts)
+
+
+def _internal_error(opts: Options) -> int:
+    """One line for the user, the traceback in a log (in a temporary folder if the cache's
+    log folder cannot be written)."""
+    text = redact(traceback.format_exc())  # a URL in it may carry a token
+    for folder in (lambda: opts.cache.log_dir, lambda: Path(tempfile.gettempdir())):
+        try:
+            log = folder() / "last-error.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(text)
+            break
+        except (OSError, LmsforgeError):
+            log = None
+    where = f"full traceback in {log}" if log else "the traceback could not be written"
+    ui.error(redact(f"internal error: {sys.exc_info()[1]!r}; {where}"))
+    return EXIT_FAILED
 
 
 framework_opt = click.option("--framework", "-f", required=True, metavar="NAME",
@@ -240,13 +271,6 @@ def port(ctx: click.Context, framework: str | None, from_tag: str | None, to_tag
 platform_choice = click.Choice(["linux-64", "linux-ppc64le"])
 
 
-def _folder_not_empty(ctx: click.Context, param: click.Parameter, value: str) -> Path:
-    """A folder option where an empty string is a mistake, never "the current folder"."""
-    if not value.strip():
-        raise click.BadParameter("must not be empty; name a folder", ctx, param)
-    return Path(value)
-
-
 variant_opt = click.option("--variant", "variant_args", multiple=True, metavar="KEY=VALUE",
                            help="Narrow the variant matrix, e.g. --variant cuda=12.4 "
                                 "--variant python=3.11 (repeatable).")
@@ -285,8 +309,8 @@ def render(ctx: click.Context, framework: str, tag: str, profile: str,
               show_default=True, help="core: c10 + LMS tests (minutes); full: the framework.")
 @click.option("--platform", type=platform_choice, default="linux-64", show_default=True)
 @variant_opt
-@click.option("--channel", type=click.Path(file_okay=False), default="lms-channel",
-              show_default=True, callback=_folder_not_empty,
+@click.option("--channel", type=click.Path(file_okay=False, path_type=Path),
+              default="lms-channel", show_default=True,
               help="Local output channel the packages are added to.")
 @source_options
 @click.pass_context
@@ -376,6 +400,41 @@ def bundle(ctx: click.Context, framework: str, tag: str, dest: Path, tarball: bo
     from lmsforge.commands import bundle as command
 
     _invoke(ctx, lambda opts: command.run(opts, framework, tag, dest, tarball))
+
+
+class NonEmpty(click.ParamType):
+    """A string or path option that refuses "" instead of treating it as not given."""
+
+    def __init__(self, inner: click.ParamType) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("must not be empty; give a value or leave the option out",
+                      param, ctx)
+        return self.inner.convert(value, param, ctx)
+
+    def get_metavar(self, *args: Any, **kwargs: Any) -> str | None:  # signature varies by click
+        return self.inner.get_metavar(*args, **kwargs)
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter,
+                       incomplete: str) -> list[Any]:
+        return self.inner.shell_complete(ctx, param, incomplete)
+
+
+def refuse_empty_values(command: click.Command) -> None:
+    """Every string and path parameter of COMMAND and its subcommands refuses "" (the class of
+    `-t ""` verifying every series and `--cache-dir ""` making the current folder the cache)."""
+    for param in command.params:
+        if isinstance(param.type, (click.types.StringParamType, click.Path)):
+            param.type = NonEmpty(param.type)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            refuse_empty_values(sub)
+
+
+refuse_empty_values(main)
 
 
 def run() -> None:

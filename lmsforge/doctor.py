@@ -190,3 +190,21 @@ def _credentials() -> Check:
         return Check("credentials", WARN, "none configured: private HTTP channels will refuse "
                      f"access; set {creds.AUTH_FILE_ENV} or {creds.ENV_TOKEN}")
     return Check("credentials", OK, creds.redact("; ".join(sources)))
+
+
+def level_inputs(cache_root: Path) -> tuple[Check, ...]:
+    """Per framework and level, the declared build inputs (``lmsforge/inputs.py``) and which
+    are here: missing ones the level gets itself are a warning, the others are missing."""
+    from lmsforge import inputs
+
+    checks = []
+    for state in inputs.survey(cache_root):
+        parts = [f"present: {', '.join(state.present)}"] if state.present else []
+        if state.installed_by_level:
+            parts.append(f"fetched or installed when the level runs: "
+                         f"{', '.join(state.installed_by_level)}")
+        if state.missing:
+            parts.append(f"missing (install them): {', '.join(state.missing)}")
+        status = MISSING if state.missing else WARN if state.installed_by_level else OK
+        checks.append(Check(f"{state.framework} {state.level}", status, "; ".join(parts)))
+    return tuple(checks)

@@ -31,17 +31,18 @@ def series_commits(repo: Path, base: str, branch: str) -> list[CommitInfo]:
     """The branch's commits above BASE, oldest first, with their trailers checked."""
     if git.rev_parse(repo, branch) is None:
         raise UsageError(f"{repo} has no branch {branch}; make it with `lmsforge apply`")
-    if git.out(["rev-list", "--min-parents=2", f"{base}..{branch}"], repo):
-        raise UsageError(f"{branch} contains merge commits; rebase it onto {base} linearly")
-    if git.run(["merge-base", "--is-ancestor", base, branch], repo, check=False).returncode:
-        raise UsageError(f"{branch} is not based on the tag commit {base}; rebase it first")
-    fmt = (f"%H%x00%s%x00%(trailers:key={PATCH_ID_TRAILER},valueonly,separator=%x2C)%x00"
-           f"%(trailers:key={CLASS_TRAILER},valueonly,separator=%x2C)")
-    out = git.out(["log", "--reverse", f"--format={fmt}", f"{base}..{branch}"], repo)
+    with git.repository(repo, search_parents=True) as handle:
+        listed = list(handle.iter_commits(f"{base}..{branch}", reverse=True))
+        if any(len(commit.parents) > 1 for commit in listed):
+            raise UsageError(f"{branch} contains merge commits; rebase it onto {base} linearly")
+        if not handle.is_ancestor(base, branch):
+            raise UsageError(f"{branch} is not based on the tag commit {base}; rebase it first")
+        found = [(c.hexsha, _subject(str(c.message)), _trailers(c)) for c in listed]
     commits: list[CommitInfo] = []
     seen: set[str] = set()
-    for line in out.splitlines():
-        commit, subject, slug, klass = line.split("\0")
+    for commit, subject, trailers in found:
+        slug = ",".join(trailers.get(PATCH_ID_TRAILER.lower(), []))
+        klass = ",".join(trailers.get(CLASS_TRAILER.lower(), []))
         short = commit[:12]
         if not SLUG.fullmatch(slug):
             raise UsageError(f"commit {short} ({subject}) lacks a valid `{PATCH_ID_TRAILER}:` "
@@ -59,6 +60,19 @@ def series_commits(repo: Path, base: str, branch: str) -> list[CommitInfo]:
     return commits
 
 
+def _subject(message: str) -> str:
+    """git's %s: the first paragraph of the message on one line."""
+    return " ".join(line.strip() for line in message.strip().split("\n\n", 1)[0].splitlines())
+
+
+def _trailers(commit: object) -> dict[str, list[str]]:
+    """Trailer values by lower-cased key (git matches trailer keys case-insensitively)."""
+    found: dict[str, list[str]] = {}
+    for key, value in commit.trailers_list:  # type: ignore[attr-defined]
+        found.setdefault(key.lower(), []).append(value)
+    return found
+
+
 def format_patches(repo: Path, base: str, branch: str, dest: Path,
                    tmp_root: Path | None = None) -> list[PatchEntry]:
     """Write the branch's patches into DEST (an empty folder); return their manifest entries.
@@ -67,9 +81,10 @@ def format_patches(repo: Path, base: str, branch: str, dest: Path,
     """
     commits = series_commits(repo, base, branch)
     with tempfile.TemporaryDirectory(dir=tmp_root) as tmp:
-        git.run(["format-patch", "--quiet", "--zero-commit", "--no-signature", "-N",
-                 "--full-index", "--no-cover-letter", f"--base={base}", "-o", tmp,
-                 f"{base}..{branch}"], repo)
+        with git.repository(repo, search_parents=True) as handle:
+            handle.git.format_patch("--quiet", "--zero-commit", "--no-signature", "-N",
+                                    "--full-index", "--no-cover-letter", f"--base={base}",
+                                    "-o", tmp, f"{base}..{branch}")
         produced = sorted(Path(tmp).glob("*.patch"))
         if len(produced) != len(commits):
             raise CheckFailed(f"git format-patch wrote {len(produced)} files for "
@@ -107,7 +122,7 @@ def round_trip(repo: Path, base: str, branch: str, patch_files: list[Path],
 
 
 def same_files(a: Path, b: Path, names: list[str]) -> list[str]:
-    """Names among NAMES whose bytes differ between folders A and B (missing counts as differing)."""
+    """Names among NAMES whose bytes differ between folders A and B (a missing file differs)."""
     differ = []
     for name in names:
         pa, pb = a / name, b / name

@@ -1,16 +1,22 @@
-"""The git operations lmsforge uses, as a thin wrapper over the git binary.
+"""The git operations lmsforge uses: GitPython for repositories, refs, commits and trailers, and
+the git binary for plumbing GitPython has no safe equivalent of (CONTRIBUTING.md, "Git").
 
 Every call runs with a fixed, minimal configuration so results do not depend on the user's
 ``~/.gitconfig`` (hooks, signing, autocrlf, pagers), which is what makes imports and exports
-byte-reproducible across machines.
+byte-reproducible across machines. GitPython's commands get the same configuration and
+environment (``repository``).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
+
+import git as gitpython
+from gitdb.exc import BadName, BadObject
 
 from lmsforge.errors import LmsforgeError
 
@@ -91,44 +97,83 @@ def out(args: Sequence[str], cwd: Path | str | None = None, **kwargs: object) ->
     return run(args, cwd, **kwargs).stdout.decode().strip()  # type: ignore[arg-type]
 
 
+@contextmanager
+def repository(path: Path | str, *, search_parents: bool = False) -> Iterator[gitpython.Repo]:
+    """A GitPython repository whose git commands run with lmsforge's neutral configuration;
+    closed on exit (GitPython keeps `git cat-file` processes open while it is in use)."""
+    repo = gitpython.Repo(path, search_parent_directories=search_parents)
+    try:
+        env = {k: v for k, v in git_env().items() if k.startswith(("GIT_", "LC_", "LANG", "TZ"))}
+        # A GIT_DIR (or kin) inherited from a caller, e.g. a git hook, must not redirect us.
+        env.update(GIT_DIR=repo.git_dir, GIT_COMMON_DIR=repo.common_dir,
+                   GIT_OBJECT_DIRECTORY=str(Path(repo.common_dir) / "objects"),
+                   GIT_INDEX_FILE=str(Path(repo.git_dir) / "index"))
+        if repo.working_tree_dir:
+            env["GIT_WORK_TREE"] = str(repo.working_tree_dir)
+        repo.git.update_environment(**env)
+        repo.git.set_persistent_git_options(c=list(_NEUTRAL_CONFIG[1::2]))
+        yield repo
+    finally:
+        repo.close()
+
+
 def is_repo(path: Path) -> bool:
     if not path.is_dir():
         return False
-    proc = run(["rev-parse", "--git-dir"], path, check=False)
-    return proc.returncode == 0
+    try:
+        with repository(path, search_parents=True):
+            return True
+    except (gitpython.InvalidGitRepositoryError, gitpython.NoSuchPathError):
+        return False
 
 
 def toplevel(path: Path) -> Path | None:
-    proc = run(["rev-parse", "--show-toplevel"], path, check=False)
-    if proc.returncode != 0:
+    try:
+        with repository(path, search_parents=True) as repo:
+            return Path(repo.working_tree_dir) if repo.working_tree_dir else None
+    except (gitpython.InvalidGitRepositoryError, gitpython.NoSuchPathError):
         return None
-    return Path(proc.stdout.decode().strip())
 
 
 def rev_parse(repo: Path, rev: str) -> str | None:
-    proc = run(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], repo, check=False)
-    if proc.returncode != 0:
-        return None
-    return proc.stdout.decode().strip()
+    """The commit REV names (a tag is peeled), or None when it names no commit."""
+    with repository(repo, search_parents=True) as handle:
+        try:
+            return handle.commit(rev).hexsha
+        except (BadName, BadObject, ValueError, gitpython.GitCommandError):
+            return None
 
 
 def tree_of(repo: Path, rev: str) -> str:
-    return out(["rev-parse", f"{rev}^{{tree}}"], repo)
+    with repository(repo, search_parents=True) as handle:
+        return handle.commit(rev).tree.hexsha
 
 
 def is_dirty(repo: Path) -> bool:
     """True when the work tree has staged, unstaged or untracked (not ignored) changes."""
-    return bool(out(["status", "--porcelain", "--untracked-files=normal"], repo))
+    with repository(repo, search_parents=True) as handle:
+        return handle.is_dirty(index=True, working_tree=True, untracked_files=True)
+
+
+def uncommitted_changes(repo: Path) -> str:
+    """What `git status` would list, counted: "" when clean (untracked, not ignored, count)."""
+    lines = out(["status", "--porcelain", "--untracked-files=normal"], repo).splitlines()
+    untracked = sum(1 for line in lines if line.startswith("??"))
+    changed = len(lines) - untracked
+    parts = [f"{changed} changed file{'s' * (changed != 1)}"] if changed else []
+    parts += [f"{untracked} untracked file{'s' * (untracked != 1)}"] if untracked else []
+    return ", ".join(parts)
 
 
 def current_branch(repo: Path) -> str | None:
-    proc = run(["symbolic-ref", "--quiet", "--short", "HEAD"], repo, check=False)
-    return proc.stdout.decode().strip() or None
+    with repository(repo, search_parents=True) as handle:
+        return None if handle.head.is_detached else handle.head.ref.name
 
 
 def in_progress_operation(repo: Path) -> str | None:
     """Name the am/rebase/merge/cherry-pick left half-done in REPO, if any."""
-    git_dir = Path(out(["rev-parse", "--absolute-git-dir"], repo))
+    with repository(repo, search_parents=True) as handle:
+        git_dir = Path(handle.git_dir)
     for marker, name in (("rebase-apply", "git am or rebase"), ("rebase-merge", "rebase"),
                          ("MERGE_HEAD", "merge"), ("CHERRY_PICK_HEAD", "cherry-pick")):
         if (git_dir / marker).exists():

@@ -133,11 +133,12 @@ def load(folder: Path, *, check_patch_ids: bool = True) -> Series:
     recorded_hash = field_("series_hash", str, required=False)
     entries = _load_entries(raw_patches or [], problems)
     _check_files(folder, entries, problems, check_patch_ids)
+    if base is not None and not problems:
+        _check_base(folder, entries, str(base), problems)
     if recorded_hash and not problems:
         actual = series_hash([folder / e.file for e in entries])
         if actual != recorded_hash:
-            problems.append(f"the patch files changed since export (series_hash in {MANIFEST} "
-                            "differs); never hand-edit a .patch file")
+            problems.append(_describe_changed_files(folder, entries))
     if problems:
         raise SeriesProblems(folder, problems)
     return Series(folder, str(framework), str(tag), str(base), dict(upstream),
@@ -211,6 +212,43 @@ def _check_files(folder: Path, entries: list[PatchEntry], problems: list[str],
         if check_patch_ids and patch_id(path) != entry.patch_id:
             problems.append(f"{entry.file}: its diff changed since export (patch-id differs "
                             f"from {MANIFEST}); never hand-edit a .patch file")
+
+
+_BASE_FOOTER = re.compile(rb"^base-commit: ([0-9a-f]{40})$", re.M)
+
+
+def _check_base(folder: Path, entries: list[PatchEntry], base: str, problems: list[str]) -> None:
+    """`base` and the files' `base-commit:` footers are written together by export."""
+    for entry in entries:
+        footer = _BASE_FOOTER.search((folder / entry.file).read_bytes())
+        if footer and footer.group(1).decode() != base:
+            problems.append(f"{MANIFEST}: `base` {base[:12]} is not the commit the patch files "
+                            f"were exported on ({entry.file} says base-commit "
+                            f"{footer.group(1).decode()[:12]}); restore {MANIFEST} from git or "
+                            "re-export the series")
+            return
+
+
+def _describe_changed_files(folder: Path, entries: list[PatchEntry]) -> str:
+    """Why the series hash differs, naming the file where it can be told from the file alone."""
+    for entry in entries:
+        data = (folder / entry.file).read_bytes()
+        if data.split(b"\n", 1)[0].endswith(b"\r"):
+            return (f"{entry.file} has CRLF line endings (a checkout with core.autocrlf=true?): "
+                    f"restore it byte for byte (`git rm --cached -r {folder.name} && git checkout "
+                    f"-- {folder.name}`; .gitattributes marks patches/ as binary-exact)")
+    for entry in entries:
+        try:
+            subject = patchfile.parse(folder / entry.file).subject
+        except UsageError:
+            continue
+        if subject != entry.purpose:
+            return (f"{entry.file}: its subject is not the one exported ({MANIFEST} says "
+                    f"`{entry.purpose}`); never hand-edit a .patch file: restore it from git, "
+                    "or change the commit and re-export")
+    return (f"the patch files changed since export (series_hash in {MANIFEST} differs) but no "
+            "single file shows it; never hand-edit a .patch file: restore the folder from git "
+            "or re-export the series")
 
 
 def find(patches_root: Path, framework: str, tag: str) -> Path:

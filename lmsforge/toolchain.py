@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmsforge import debian, sysroot, ui
+from lmsforge import debian, sysroot
 from lmsforge.errors import LmsforgeError, UsageError
 from lmsforge.verify.pytorch_c10 import inputs as c10_inputs
 
@@ -43,6 +42,8 @@ class PlatformInputs:
     sysroot_packages: tuple[str, ...] = ()  # target packages unpacked into the sysroot
 
 
+# linux-64 builds the same c10 as the verify levels: their Debian packages, named once in
+# verify/pytorch_c10/inputs.py (lmsforge/inputs.py declares the levels' other inputs).
 DECLARED = {
     "linux-64": PlatformInputs("linux-64", c10_inputs.DEBIAN_PACKAGES, "c++"),
     "linux-ppc64le": PlatformInputs(
@@ -100,7 +101,7 @@ def check_host(platform: str) -> None:
 def prepare(platform: str, cache_root: Path, work_dir: Path) -> Toolchain:
     """Install or fetch every declared input of PLATFORM, then describe the toolchain."""
     declared = DECLARED[platform]
-    ensure_debian_packages(declared.debian_packages, f"core builds for {platform}")
+    debian.ensure_packages(declared.debian_packages, f"core builds for {platform}")
     compiler = _version_line(declared.compiler)
     if compiler is None:
         raise LmsforgeError(f"{declared.compiler} not found although its Debian package is "
@@ -114,14 +115,6 @@ def prepare(platform: str, cache_root: Path, work_dir: Path) -> Toolchain:
     toolchain_file = work_dir / f"{platform}.toolchain.cmake"
     toolchain_file.write_text(cmake_toolchain(declared, root.path))
     return Toolchain(platform, compiler, HOST_PLATFORM, root, toolchain_file)
-
-
-def ensure_debian_packages(packages: tuple[str, ...], why: str) -> None:
-    """Install missing PACKAGES as root, saying so in one line; otherwise say what to install."""
-    missing = debian.missing_packages(packages)
-    if missing and os.geteuid() == 0:
-        ui.say(f"installing Debian packages for {why}: {' '.join(missing)}")
-    debian.ensure_packages(packages, why)
 
 
 def cmake_toolchain(declared: PlatformInputs, root: Path) -> str:

@@ -12,17 +12,18 @@ Two kinds of source (``sources.py``):
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from lmsforge import debian, git
+from lmsforge import debian, git, ui
 from lmsforge.cache import Cache
-from lmsforge.errors import LmsforgeError, UsageError
+from lmsforge.errors import EXIT_FAILED, LmsforgeError, UsageError
 from lmsforge.sources import ArchiveSource, FrameworkSources, TagSource
 
 IMPORT_DATE = "946684800 +0000"  # 2000-01-01: any fixed date makes the import reproducible
@@ -95,7 +96,6 @@ def fetch(
     kind = "archive" if archive_file else choose_kind(spec, prefer, mirror)
     with cache.lock(f"{sources.framework}-{tag}"):
         if kind == "archive":
-            assert spec.archive is not None or archive_file is None
             if spec.archive is None:
                 raise UsageError(f"{sources.framework} {tag} declares no source archive, so "
                                  "--archive cannot be checked; declare it in upstream.yaml")
@@ -108,18 +108,30 @@ def fetch(
 
 
 def recorded(cache: Cache, framework: str, tag: str) -> dict[str, object] | None:
+    """The identities recorded by earlier fetches; None when absent or unreadable (damaged files
+    are rewritten by the next fetch: every field in them is re-derived from the source)."""
     path = cache.identity_file(framework, tag)
     if not path.is_file():
         return None
-    return json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _record(cache: Cache, identity: TreeIdentity) -> None:
     path = cache.identity_file(identity.framework, identity.tag)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.loads(path.read_text()) if path.is_file() else {}
+    previous = recorded(cache, identity.framework, identity.tag)
+    if previous is None and path.is_file():
+        ui.say(f"replacing the damaged identity record {path}")
+    data = dict(previous or {})
     data[identity.kind] = identity.to_json()
-    tmp = path.with_suffix(".tmp")
+    if data == previous:
+        return  # nothing new: a read-only cache needs no write here
+    cache.require_writable(f"cannot record the identity of {identity.framework} {identity.tag}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     tmp.replace(path)
 
@@ -133,15 +145,20 @@ def _fetch_archive(framework: str, tag: str, spec: TagSource, source: ArchiveSou
     if archive_file is not None:
         _adopt_local_archive(archive_file, source, cache)
     elif not cached.is_file():
+        cache.require_writable(f"lacks {source.name}; ask its owner to run `lmsforge fetch "
+                               f"--framework {framework} --tag {tag}` there")
         _download_archive(source, cache)
     actual = sha256_of(cached)
     if actual != source.sha256:
         raise UsageError(
             f"cached archive {cached} has sha256 {actual}, expected {source.sha256}; "
             "delete it and run `lmsforge fetch` again")
-    repo = _ensure_bare_repo(cache.repo(framework, "archive"))
-    commit = git.rev_parse(repo, f"refs/tags/{tag}")
+    repo = cache.repo(framework, "archive")
+    commit = git.rev_parse(repo, f"refs/tags/{tag}") if (repo / "HEAD").is_file() else None
     if commit is None:
+        cache.require_writable(f"has not imported {framework} {tag} yet; ask its owner to run "
+                               f"`lmsforge fetch --framework {framework} --tag {tag}` there")
+        _ensure_bare_repo(repo)
         commit = _import_archive(repo, cached, source, framework, tag, cache)
     elif source.sha256 not in _commit_message(repo, commit):
         raise LmsforgeError(
@@ -161,16 +178,20 @@ def _adopt_local_archive(path: Path, source: ArchiveSource, cache: Cache) -> Non
         raise UsageError(
             f"{path} has sha256 {actual}, but {source.name} must have {source.sha256}; "
             "pass the right file")
+    cached = cache.archives / source.name
+    if cached.is_file() and sha256_of(cached) == source.sha256:
+        return  # the same verified bytes are cached already
+    cache.require_writable(f"cannot take in {path.name}")
     _install_verified(path, cache.archives / source.name, cache, copy=True)
 
 
 def _download_archive(source: ArchiveSource, cache: Cache) -> None:
-    cache.partial.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache.partial, prefix="download-") as tmp:
-        work = Path(tmp)
+    with cache.scratch("download") as work:
         if source.debian is not None:
-            downloaded = debian.download_orig(source.debian, source.name, cache.root / "apt",
-                                              work / "files")
+            # apt's lists folder is one per cache, whatever the tag: one apt at a time.
+            with cache.lock("apt-state"):
+                downloaded = debian.download_orig(source.debian, source.name,
+                                                  cache.root / "apt", work / "files")
         elif source.url is not None:
             downloaded = work / source.name
             _download_url(source.url, downloaded)
@@ -192,22 +213,20 @@ def _download_url(url: str, dest: Path) -> None:
         with urllib.request.urlopen(url, timeout=60) as response, dest.open("wb") as out:
             shutil.copyfileobj(response, out, 1 << 20)
     except OSError as exc:
-        raise LmsforgeError(f"cannot download {url} ({exc}); pass the file with --archive FILE",
-                            2) from None
+        if exc.errno == errno.ENOSPC:
+            raise
+        raise LmsforgeError(f"cannot download {url} ({exc}); check the network, or pass the file "
+                            "with --archive FILE", EXIT_FAILED) from None
 
 
 def _install_verified(src: Path, dest: Path, cache: Cache, *, copy: bool) -> None:
     """Put a verified file at DEST by rename, so DEST is complete or absent, never partial."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     if copy:
-        cache.partial.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=cache.partial, delete=False) as tmp:
-            staged = Path(tmp.name)
-        try:
+        with cache.scratch("adopt") as work:
+            staged = work / dest.name
             shutil.copyfile(src, staged)
             staged.replace(dest)
-        finally:
-            staged.unlink(missing_ok=True)
     else:
         shutil.move(str(src), str(dest)) if src.parent.stat().st_dev != dest.parent.stat().st_dev \
             else src.replace(dest)
@@ -231,21 +250,19 @@ def import_message(framework: str, tag: str, source: ArchiveSource) -> str:
 
 def _import_archive(repo: Path, archive: Path, source: ArchiveSource, framework: str, tag: str,
                     cache: Cache) -> str:
-    cache.partial.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache.partial, prefix="import-") as tmp:
-        root = Path(tmp) / "tree"
+    with cache.scratch("import") as tmp:
+        root = tmp / "tree"
         root.mkdir()
-        untar = subprocess.run(["tar", "-xf", str(archive), "-C", str(root)],
-                               capture_output=True, text=True)
+        untar = subprocess.run(tar_command(archive, root), capture_output=True, text=True)
         if untar.returncode != 0:
-            raise LmsforgeError(f"cannot unpack {archive}: {untar.stderr.strip()}", 2)
+            raise tar_error(archive, root, untar.stderr)
         entries = sorted(p.name for p in root.iterdir())
         if entries != [source.top]:
             raise LmsforgeError(
                 f"{source.name} unpacks to {entries}, expected the single folder {source.top}; "
                 "fix `top` in upstream.yaml", 2)
         env = {"GIT_DIR": str(repo), "GIT_WORK_TREE": str(root / source.top),
-               "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+               "GIT_INDEX_FILE": str(tmp / "index")}
         git.run(["add", "--all", "--force", "."], root / source.top, env=env)
         tree = git.out(["write-tree"], root / source.top, env=env)
     stamp = {"GIT_AUTHOR_NAME": git.LMSFORGE_NAME, "GIT_AUTHOR_EMAIL": git.LMSFORGE_EMAIL,
@@ -255,6 +272,26 @@ def _import_archive(repo: Path, archive: Path, source: ArchiveSource, framework:
                      input=import_message(framework, tag, source).encode())
     git.run(["update-ref", f"refs/tags/{tag}", commit, ""], repo)
     return commit
+
+
+def tar_command(archive: Path, into: Path) -> list[str]:
+    # Files belong to whoever imports them: as root, GNU tar would otherwise restore the
+    # packager's owners, which fails without CAP_CHOWN (containers, fakeroot).
+    return ["tar", "--no-same-owner", "--no-same-permissions", "-xf", str(archive), "-C",
+            str(into)]
+
+
+def tar_error(archive: Path, into: Path, stderr: str) -> LmsforgeError:
+    """One line for a failed unpack, however many lines tar wrote."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    if any("No space left on device" in line for line in lines):
+        return LmsforgeError(f"no space left on the device of {into} while unpacking "
+                             f"{archive.name}; free space there or pass --cache-dir on a larger "
+                             "disk", EXIT_FAILED)
+    first = lines[0].strip() if lines else "no output"
+    more = f" (and {len(lines) - 1} more lines)" if len(lines) > 1 else ""
+    return LmsforgeError(f"cannot unpack {archive.name}: {first}{more}; check the file, or "
+                         "delete it from the cache and fetch again", 2)
 
 
 def _commit_message(repo: Path, commit: str) -> str:
@@ -267,21 +304,29 @@ def _commit_message(repo: Path, commit: str) -> str:
 def _fetch_git(sources: FrameworkSources, tag: str, spec: TagSource, cache: Cache,
                mirror: str | None) -> TreeIdentity:
     url = mirror or sources.git_url
-    repo = _ensure_bare_repo(cache.repo(sources.framework, "git"))
+    repo = cache.repo(sources.framework, "git")
+    pinned = spec.commit or _previously_seen(cache, sources.framework, tag)
+    if not cache.writable() and (repo / "HEAD").is_file() and pinned and \
+            git.rev_parse(repo, f"refs/tags/{tag}") == pinned:
+        # A read-only cache that has the pinned commit: nothing to fetch, nothing to write.
+        return TreeIdentity(
+            framework=sources.framework, tag=tag, kind="git", commit=pinned,
+            tree=git.tree_of(repo, pinned), repo=str(repo), url=url, upstream_commit=pinned)
+    cache.require_writable(f"git fetches write into it ({sources.framework} {tag})")
+    repo = _ensure_bare_repo(repo)
     incoming = f"refs/lmsforge/incoming/{tag}"
     proc = git.run(["fetch", "--quiet", "--no-tags", url, f"+refs/tags/{tag}:{incoming}"], repo,
                    check=False)
     if proc.returncode != 0:
-        reason = git.GitError(["fetch"], proc.returncode, "", proc.stderr.decode()).stderr
+        reason = proc.stderr.decode(errors="replace")
         first = next((ln for ln in reason.splitlines() if ln.strip()), "no output")
         if "couldn't find remote ref" in reason:
-            raise UsageError(f"{url} has no tag {tag}; check the tag's name")
-        raise UsageError(
-            f"cannot fetch tag {tag} from {url} ({first.strip()}); on a site without access, "
-            "pass --mirror PATH_OR_URL to a local mirror")
+            raise UsageError(f"{url} has no tag {tag}; check the tag name (or the mirror)")
+        raise LmsforgeError(
+            f"cannot fetch tag {tag} from {url} ({first.strip()}); check the network, or on a "
+            "site without access pass --mirror PATH_OR_URL to a local mirror", EXIT_FAILED)
     try:
         commit = git.out(["rev-parse", f"{incoming}^{{commit}}"], repo)
-        pinned = spec.commit or _previously_seen(cache, sources.framework, tag)
         if pinned and commit != pinned:
             raise UsageError(
                 f"tag {tag} at {url} points to {commit}, but {sources.framework} {tag} is pinned "

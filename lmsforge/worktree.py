@@ -6,11 +6,18 @@ A work tree records what it was made from in ``.git/lmsforge.json`` so `export`,
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import shutil
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
+
+import filelock
 
 from lmsforge import git, patchfile
 from lmsforge.errors import LmsforgeError, UsageError
@@ -56,10 +63,39 @@ def write_meta(tree: WorkTree) -> None:
                                 "identity": tree.identity}, indent=2, sort_keys=True) + "\n")
 
 
+@contextmanager
+def target_lock(path: Path) -> Iterator[None]:
+    """Only one lmsforge at a time makes a work tree in PATH (any cache, same user)."""
+    key = hashlib.sha256(str(path.absolute()).encode()).hexdigest()[:24]
+    folder = Path(tempfile.gettempdir()) / f"lmsforge-{os.getuid()}" / "work-trees"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = filelock.FileLock(str(folder / f"{key}.lock"), timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise UsageError(f"another lmsforge is making a work tree in {path}; wait for it to "
+                         "finish, or pass another --into") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _check_writable(path: Path) -> None:
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = f"{path}" if existing == path else f"{existing} (to create {path} in)"
+        raise UsageError(f"{what} is not writable by this user; pass --into a folder you can "
+                         "write")
+
+
 def check_target(path: Path, framework: str, tag: str) -> bool:
     """Refuse a folder we must not touch; return True when PATH is an existing git work tree."""
     if path.exists() and not path.is_dir():
         raise UsageError(f"{path} is a file, not a folder; pass another --into")
+    _check_writable(path)
     if not path.exists() or not any(path.iterdir()):
         return False
     top = git.toplevel(path) if git.is_repo(path) else None
@@ -78,6 +114,24 @@ def check_target(path: Path, framework: str, tag: str) -> bool:
     return True
 
 
+def check_related(path: Path, identity: TreeIdentity) -> None:
+    """An existing repository is taken only if it holds this framework already (an lmsforge work
+    tree of it, the tag's commit, or its upstream commit) or nothing at all (no ref: a fresh
+    `git init`, as a port makes). Anything else is someone's other work."""
+    meta = read_meta(path)
+    if meta is not None and meta.framework == identity.framework:
+        return
+    if not git.out(["for-each-ref", "--count=1", "--format=%(refname)"], path):
+        return
+    for commit in (identity.commit, identity.upstream_commit):
+        if commit and git.run(["cat-file", "-e", f"{commit}^{{commit}}"], path,
+                              check=False).returncode == 0:
+            return
+    raise UsageError(f"{path} is a git repository that holds neither {identity.framework} "
+                     f"{identity.tag} nor an lmsforge work tree of it; pass a new or empty folder "
+                     "with --into")
+
+
 def init_repo(path: Path) -> None:
     """`git init` PATH (again, harmlessly, if it is one) for byte-exact checkouts."""
     git.run(["init", "--quiet", str(path)])
@@ -90,13 +144,20 @@ def init_repo(path: Path) -> None:
 def create(path: Path, identity: TreeIdentity, patches: list[Path]) -> WorkTree:
     """Make PATH a work tree at the tag with PATCHES applied; on failure leave PATH as it was."""
     existing = check_target(path, identity.framework, identity.tag)
+    if existing:
+        check_related(path, identity)
     created_folder = not path.exists()
+    if created_folder:
+        try:
+            path.mkdir(parents=True)
+        except FileExistsError:  # made by someone else meanwhile: never ours to remove
+            raise UsageError(f"{path} appeared while lmsforge was preparing it; pass another "
+                             "--into") from None
     branch = branch_name(identity.framework, identity.tag)
     previous_head = None
     fetched_tag = None
     try:
         if not existing:
-            path.mkdir(parents=True, exist_ok=True)
             init_repo(path)
         else:
             previous_head = git.current_branch(path) or git.rev_parse(path, "HEAD")
@@ -143,10 +204,12 @@ def am(path: Path, patches: list[Path]) -> None:
     """`git am` the patches exactly (no -3, no fuzz); on failure abort and say what broke."""
     if not patches:
         return
-    proc = git.run(["am", "--quiet", *[str(p) for p in patches]], path, env=AM_ENV, check=False)
-    if proc.returncode == 0:
+    with git.repository(path) as repo:
+        status, stdout, stderr = repo.git.am("--quiet", *[str(p) for p in patches], env=AM_ENV,
+                                             with_extended_output=True, with_exceptions=False)
+    if status == 0:
         return
-    stderr = proc.stderr.decode(errors="replace") + proc.stdout.decode(errors="replace")
+    stderr = f"{stderr}\n{stdout}"
     failed = _failed_patch(path, patches)
     git.run(["am", "--abort"], path, check=False)
     raise UsageError(describe_am_failure(failed, stderr))

@@ -22,12 +22,13 @@ def run(opts: Options, framework: str, tag: str, into: Path | None, source: str,
         folder = frameworks.series_folder(opts.patches_dir, sources, tag)
         patches = series_mod.load(folder).paths()
     target = (into or Path.cwd() / f"lms-{framework}-{tag}").absolute()
-    worktree.check_target(target, framework, tag)  # refuse before any download
-    with ui.step(f"fetching {framework} {tag}"):
-        identity = upstream.fetch(sources, tag, opts.cache, prefer=source, archive_file=archive,
-                                  mirror=mirror)
-    with ui.step(f"applying {len(patches)} patches with git am"):
-        tree = worktree.create(target, identity, patches)
+    with worktree.target_lock(target):
+        worktree.check_target(target, framework, tag)  # refuse before any download
+        with ui.step(f"fetching {framework} {tag}"):
+            identity = upstream.fetch(sources, tag, opts.cache, prefer=source,
+                                      archive_file=archive, mirror=mirror)
+        with ui.step(f"applying {len(patches)} patches with git am"):
+            tree = worktree.create(target, identity, patches)
     ui.out.print(f"{target}: branch {tree.branch} = {tag} + {len(patches)} LMS patches "
                  f"(base {identity.commit[:12]}, {identity.kind} source)")
     return 0

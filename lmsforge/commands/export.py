@@ -1,4 +1,4 @@
-"""`lmsforge export`: write the branch back to patches/<framework>/<tag>/ and check the round trip."""
+"""`lmsforge export`: write the branch back to patches/<framework>/<tag>/, check the round trip."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from lmsforge import export, frameworks, series as series_mod, ui, worktree
+from lmsforge import export, frameworks, git, series as series_mod, ui, worktree
 from lmsforge.errors import UsageError
 from lmsforge.options import Options
 
@@ -20,6 +20,15 @@ def run(opts: Options, framework: str, tag: str, tree_path: Path | None) -> int:
         raise UsageError(f"{path} is not a work tree made by `lmsforge apply`; pass --tree DIR")
     if (tree.framework, tree.tag) != (framework, tag):
         raise UsageError(f"{path} holds {tree.framework} {tree.tag}, not {framework} {tag}")
+    operation = git.in_progress_operation(path)
+    if operation:
+        raise UsageError(f"{path} has a {operation} in progress; finish or abort it, then export")
+    changes = git.uncommitted_changes(path)
+    if changes:
+        raise UsageError(
+            f"{path} has uncommitted changes ({changes}) that export would leave out: commit "
+            f"them into the series (`git commit --fixup <commit>` then `git rebase -i "
+            f"--autosquash {tag}`) or stash them (`git stash -u`), then export again")
     folder = series_mod.find(opts.patches_dir, framework, tag)
     previous = _previous_manifest(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -23,9 +23,7 @@ def collect(opts: Options) -> list[dict[str, object]]:
                 "patches": len(list(folder.glob("*.patch"))) if has_series else 0,
                 "sources": _sources_json(sources.git_url, spec),
             }
-            report = runner.last_report(opts, name, tag)
-            entry["last_verify"] = ({r["level"]: r["status"] for r in report["results"]}
-                                    if report else None)
+            entry.update(runner.last_verify(opts, name, tag, folder if has_series else None))
             rows.append(entry)
     return rows
 
@@ -55,12 +53,20 @@ def run(opts: Options, as_json: bool) -> int:
                 kinds.append(f"archive {src['name']} ({src['sha256'][:12]}…)")
             else:
                 kinds.append(f"git {src['commit'][:12] if src['commit'] else '(unpinned)'}")
-        last = row["last_verify"]
         table_rows.append([
             str(row["framework"]), str(row["tag"]),
             f"{row['patches']} patches" if row["series"] else "no series yet",
-            "\n".join(kinds),
-            ", ".join(f"{k}:{v}" for k, v in last.items()) if last else "-",  # type: ignore
-        ])
+            "\n".join(kinds), _last_verify_text(row)])
     ui.table(None, ["framework", "tag", "series", "sources", "last verify"], table_rows)
     return 0
+
+
+def _last_verify_text(row: dict[str, object]) -> str:
+    last = row["last_verify"]
+    if last:
+        return ", ".join(f"{k}:{v}" for k, v in last.items())  # type: ignore[union-attr]
+    if row.get("series_problem"):
+        return "series invalid (run `lmsforge verify` for details)"
+    if row.get("last_verify_was_other_content"):
+        return "- (the last run verified other content of this series)"
+    return "-"

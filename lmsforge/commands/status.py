@@ -23,7 +23,8 @@ def collect(opts: Options, tree_path: Path) -> dict[str, object]:
     state = "no series folder"
     if branch_exists and (folder / series_mod.MANIFEST).is_file():
         state = _sync_state(tree, folder)
-    report = runner.last_report(opts, tree.framework, tree.tag)
+    has_series = (folder / series_mod.MANIFEST).is_file()
+    verified = runner.last_verify(opts, tree.framework, tree.tag, folder if has_series else None)
     return {
         "tree": str(tree_path),
         "framework": tree.framework,
@@ -38,7 +39,8 @@ def collect(opts: Options, tree_path: Path) -> dict[str, object]:
         "operation_in_progress": git.in_progress_operation(tree_path),
         "series": str(folder),
         "series_state": state,
-        "last_verify": ({r["level"]: r["status"] for r in report["results"]} if report else None),
+        "last_verify": verified["last_verify"],
+        "last_verify_was_other_content": verified.get("last_verify_was_other_content", False),
         "port_in_progress": port_state.summary(tree_path),
     }
 
@@ -80,6 +82,8 @@ def run(opts: Options, tree_path: Path | None, as_json: bool) -> int:
     if data["port_in_progress"]:
         ui.out.print(f"  port      {data['port_in_progress']}")
     last = data["last_verify"]
+    never = ("not run on this content of the series" if data["last_verify_was_other_content"]
+             else "never run")
     ui.out.print("  verify    " + (", ".join(f"{k}: {v}" for k, v in last.items())  # type: ignore
-                                   if last else "never run"))
+                                   if last else never))
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from lmsforge import frameworks, series as series_mod, ui
@@ -29,11 +30,27 @@ def selected_series(opts: Options, framework: str | None, tag: str | None) -> li
     return chosen
 
 
+def check_report_path(path: Path) -> None:
+    """Refuse a report path that cannot be written before any work is done."""
+    if path.is_dir():
+        raise UsageError(f"--report {path} is a folder; pass a file name")
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise UsageError(f"--report {path}: the folder {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists()
+                                                    and not os.access(path, os.W_OK)):
+        raise UsageError(f"--report {path} is not writable by this user; pass another file")
+
+
 def run(opts: Options, framework: str | None, tag: str | None, level: str, require: bool,
         as_json: bool, report_path: Path | None, fetch_kwargs: dict[str, object],
         sim_seeds: int = DEFAULT_SIM_SEEDS) -> int:
+    if report_path is not None:
+        check_report_path(report_path)
+    chosen = selected_series(opts, framework, tag)
+    opts.cache.require_writable("verify keeps its work trees, builds and reports there")
     reports = []
-    for name, series_tag in selected_series(opts, framework, tag):
+    for name, series_tag in chosen:
         reports.append(runner.verify_series(opts, name, series_tag, level, ui.say, fetch_kwargs,
                                             sim_seeds))
     data = {"level": level, "series": [r.to_json() for r in reports]}

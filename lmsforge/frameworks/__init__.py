@@ -39,6 +39,9 @@ def known_tags(patches_dir: Path, sources: FrameworkSources) -> list[str]:
 
 def check_tag(patches_dir: Path, sources: FrameworkSources, tag: str) -> None:
     """Accept declared tags and anything shaped like a release tag; refuse the rest."""
+    if "/" in tag or tag.startswith("."):  # a path, not a tag: never a folder outside patches/
+        raise UsageError(f"unknown tag `{tag}` for {sources.framework}; known tags: "
+                         f"{', '.join(known_tags(patches_dir, sources))}")
     if tag in sources.tags or sources.is_release_tag(tag) or \
             (patches_dir / sources.framework / tag / series_mod.MANIFEST).is_file():
         return
@@ -52,8 +55,19 @@ def series_folder(patches_dir: Path, sources: FrameworkSources, tag: str) -> Pat
     folder = series_mod.find(patches_dir, sources.framework, tag)
     if (folder / series_mod.MANIFEST).is_file():
         return folder
+    stray = sorted(folder.glob("*.patch")) if folder.is_dir() else []
+    if stray:
+        raise UsageError(f"{folder} has {len(stray)} .patch files but no {series_mod.MANIFEST}; "
+                         f"restore it (`git checkout -- {folder / series_mod.MANIFEST}`) or "
+                         "re-export the series from its branch with `lmsforge export`")
     have = series_mod.available_tags(patches_dir, sources.framework)
     source_tag = have[0] if have else "<tag>"
+    if tag not in sources.tags:
+        raise UsageError(
+            f"no LMS series for {tag}, and {sources.framework}'s upstream.yaml does not declare "
+            f"{tag}; if upstream has that tag, declare it (its commit, and any source archive) "
+            f"in {patches_dir / sources.framework / 'upstream.yaml'}, then `lmsforge port "
+            f"--framework {sources.framework} --from {source_tag} --to {tag}`")
     raise UsageError(
         f"no LMS series for {tag} yet; series exist for {', '.join(have) or 'no tag'}; create one "
         f"with `lmsforge port --framework {sources.framework} --from {source_tag} --to {tag}` "

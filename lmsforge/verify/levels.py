@@ -90,7 +90,10 @@ class TestReport(Protocol):
 
 def dispatch(framework: str, runners: Mapping[str, Callable[[LevelContext], LevelResult]],
              level: str, ctx: LevelContext) -> LevelResult:
-    """Run one framework level runner; a failure it raises becomes a FAIL with its one line."""
+    """Run one framework level runner after checking the level's declared inputs
+    (``lmsforge/inputs.py``); a failure raised becomes a FAIL with its one line."""
+    from lmsforge import inputs
+    from lmsforge.cache import default_cache_dir
     from lmsforge.errors import LmsforgeError, UsageError
 
     runner = runners.get(level)
@@ -99,6 +102,7 @@ def dispatch(framework: str, runners: Mapping[str, Callable[[LevelContext], Leve
                          f"choose one of {', '.join(runners)}")
     with Timer() as timer:
         try:
+            inputs.ensure_level(framework, level, default_cache_dir(), ctx.say)
             result = runner(ctx)
         except LmsforgeError as error:
             log = ctx.log_path(level)

@@ -220,7 +220,7 @@ def qemu() -> None:
     packages = emulation.TARGETS["linux-ppc64le"].debian_packages
     if os.geteuid() != 0 and debian.missing_packages(packages):
         pytest.skip(f"not root: cannot install {' '.join(packages)} for the emulated tests")
-    toolchain.ensure_debian_packages(packages, "the linux-ppc64le LMS tests under emulation")
+    debian.ensure_packages(packages, "the linux-ppc64le LMS tests under emulation")
 
 
 @pytest.mark.slow

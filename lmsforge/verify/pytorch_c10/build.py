@@ -90,7 +90,12 @@ def build(tree: Path, build_dir: Path, targets: Sequence[str], *, cache_root: Pa
                  f"-DTORCH_SRC={tree.resolve()}", "-DCMAKE_BUILD_TYPE=Release",
                  f"-DLMS_BUILD_CUDA={'ON' if cuda else 'OFF'}"]
     if cuda:
-        configure += [f"-DCUDAToolkit_ROOT={inputs.ensure_cuda_toolkit()}",
+        # Named explicitly: a root made from wheels has no nvcc for CMake to start from, and a
+        # build folder configured against another root must not keep that root's paths.
+        cuda_root = inputs.ensure_cuda_toolkit(cache_root)
+        configure += [f"-DCUDAToolkit_ROOT={cuda_root}",
+                      f"-DCUDAToolkit_INCLUDE_DIR={cuda_root / 'include'}",
+                      f"-DCUDA_cudart_LIBRARY={cuda_root / 'lib64' / 'libcudart.so'}",
                       f"-DNVML_INCLUDE_DIR={inputs.nvml_include_dir(cache_root)}",
                       f"-DLMS_BENCH_DIR={BENCH_DIR if have_benchmarks() else ''}"]
     _forget_foreign_configuration(build_dir)

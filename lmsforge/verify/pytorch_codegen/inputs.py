@@ -10,7 +10,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import NamedTuple
@@ -54,6 +53,11 @@ def header_dirs(cache_root: Path, wheels: tuple[HeaderWheel, ...] = WHEELS) -> l
     return [wheel_headers(cache_root, wheel) for wheel in wheels]
 
 
+def cached_headers(cache_root: Path, wheel: HeaderWheel) -> Path | None:
+    include = cache_root / "build-inputs" / f"{wheel.name}-{wheel.version}" / wheel.include
+    return include if include.is_dir() else None
+
+
 def wheel_headers(cache_root: Path, wheel: HeaderWheel) -> Path:
     target = cache_root / "build-inputs" / f"{wheel.name}-{wheel.version}"
     include = target / wheel.include
@@ -63,10 +67,9 @@ def wheel_headers(cache_root: Path, wheel: HeaderWheel) -> Path:
     with cache.lock(f"{wheel.name}-{wheel.version}"):
         if include.is_dir():
             return include
-        cache.partial.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=cache.partial) as tmp:
-            downloaded = _download(wheel, Path(tmp))
-            unpacked = Path(tmp) / "unpacked"
+        with cache.scratch(f"wheel-{wheel.name}") as tmp:
+            downloaded = _download(wheel, tmp)
+            unpacked = tmp / "unpacked"
             with zipfile.ZipFile(downloaded) as archive:
                 headers = [name for name in archive.namelist()
                            if name.startswith(wheel.include + "/")

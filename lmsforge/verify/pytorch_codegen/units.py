@@ -58,8 +58,8 @@ def plan(tree: Path, touched: Sequence[str], generated: Sequence[Path]) -> list[
 def flags(tree: Path, generated_root: Path, c10_generated: Path,
           header_dirs: Sequence[Path], python_include: Path) -> list[str]:
     includes = [generated_root, tree, tree / "aten/src", c10_generated,
-                *(tree / path for path in TREE_INCLUDES), c10_inputs.cuda_home() / "include",
-                *header_dirs, python_include]
+                *(tree / path for path in TREE_INCLUDES),
+                c10_inputs.ensure_cuda_toolkit() / "include", *header_dirs, python_include]
     return ["-std=c++17", "-fsyntax-only", *DEFINES, *(f"-I{path}" for path in includes)]
 
 

@@ -1,4 +1,4 @@
-"""The build inputs of the TensorFlow levels that are not in the TensorFlow tree (``environment.md``).
+"""The TensorFlow levels' build inputs from outside the TensorFlow tree (``environment.md``).
 
 Headers, absl, Eigen, protobuf and ``libtensorflow_framework.so.2`` come from the official
 ``tensorflow==2.14.1`` wheel, downloaded once into ``<cache>/wheels`` and unpacked there (only
@@ -8,7 +8,6 @@ googlemock come from Debian and are installed with apt-get only when running as 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -64,11 +63,11 @@ def unpacked_wheel(cache_root: Path) -> Path:
     if (target / UNPACK_MARKER).is_file():
         return target
     wheel = tensorflow_wheel(cache_root)
-    with Cache(cache_root).lock(f"unpack-tensorflow-{TF_VERSION}"):
+    cache = Cache(cache_root)
+    with cache.lock(f"unpack-tensorflow-{TF_VERSION}"), cache.scratch("unpack-tf") as work:
         if (target / UNPACK_MARKER).is_file():
             return target
-        partial = Cache(cache_root).partial / f"tensorflow-{TF_VERSION}-{os.getpid()}"
-        shutil.rmtree(partial, ignore_errors=True)
+        partial = work / "unpacked"
         with zipfile.ZipFile(wheel) as archive:
             wanted = [name for name in archive.namelist()
                       if name.startswith("tensorflow/include/")
@@ -103,14 +102,14 @@ def numpy_include(cache_root: Path) -> Path:
         if proc.returncode != 0 or not found:
             raise LmsforgeError(f"could not download numpy=={NUMPY_VERSION} "
                                 f"({_last_line(proc.stderr)}); check that PyPI is reachable")
-        partial = Cache(cache_root).partial / f"numpy-{NUMPY_VERSION}-{os.getpid()}"
-        shutil.rmtree(partial, ignore_errors=True)
-        with zipfile.ZipFile(found[0]) as archive:
-            archive.extractall(partial, [n for n in archive.namelist()
-                                         if n.startswith("numpy/core/include/")])
-        (partial / UNPACK_MARKER).write_text(found[0].name + "\n")
-        shutil.rmtree(target, ignore_errors=True)
-        partial.rename(target)
+        with Cache(cache_root).scratch("unpack-numpy") as work:
+            partial = work / "unpacked"
+            with zipfile.ZipFile(found[0]) as archive:
+                archive.extractall(partial, [n for n in archive.namelist()
+                                             if n.startswith("numpy/core/include/")])
+            (partial / UNPACK_MARKER).write_text(found[0].name + "\n")
+            shutil.rmtree(target, ignore_errors=True)
+            partial.rename(target)
     return include
 
 
@@ -122,6 +121,16 @@ def library_dir(unpacked: Path) -> Path:
     return unpacked / "tensorflow"
 
 
+def cached_wheel_dir(cache_root: Path) -> Path | None:
+    target = wheels_dir(cache_root) / f"tensorflow-{TF_VERSION}"
+    return target if (target / UNPACK_MARKER).is_file() else None
+
+
+def cached_numpy_dir(cache_root: Path) -> Path | None:
+    target = wheels_dir(cache_root) / f"numpy-{NUMPY_VERSION}"
+    return target if (target / UNPACK_MARKER).is_file() else None
+
+
 def ensure_protoc() -> Path:
     debian.ensure_packages(PROTOC_PACKAGES, "regenerating config.pb.* needs protoc")
     protoc = shutil.which("protoc")
@@ -131,7 +140,8 @@ def ensure_protoc() -> Path:
 
 
 def ensure_gtest() -> None:
-    debian.ensure_packages(GTEST_PACKAGES, "the core-cpu test needs googletest and googlemock")
+    debian.ensure_packages(GTEST_PACKAGES, "the LMS allocator test needs googletest and "
+                                           "googlemock")
 
 
 def _last_line(text: str) -> str:

@@ -1,0 +1,612 @@
+"""Hostile but fair input, one table row per case of
+``shared/evidence/hostile-inputs-and-ibm-api.md`` part A (row numbers kept as ids).
+
+A row is a `Case`: what to set up (and the command line it returns), the exit code, a fragment
+of the one `lmsforge: error:` line (of the output when the code is 0), what must be left exactly
+as it was, and an optional check of what must not be left behind. Rows run in-process, as a
+separate process, as root without capabilities (so permissions bite as for any user), or on a
+small tmpfs (a full disk). Cases that need several processes at once (races, kills) are `Case`s
+with their own `run`. Other tracks add their rows to `CASES` (build, channel, port rows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import pytest
+import yaml
+
+from conftest import real_test_cache
+from fixtures import git, lmsforge, snapshot
+from lmsforge import series as series_mod
+
+REPO = Path(__file__).resolve().parents[2]
+NO_CAPS = ["setpriv", "--inh-caps=-all", "--bounding-set=-all",
+           "--securebits=+noroot,+noroot_locked,+no_setuid_fixup,+no_setuid_fixup_locked"]
+
+
+@dataclass
+class Env:
+    """A toy upstream with an exported three-patch series, a cache and a scratch folder."""
+
+    root: Path
+    patches: Path
+    series: Path
+    tree: Path  # the work tree the series was exported from
+    cache: Path
+    upstream: Path
+    archive: Path
+
+    def base_args(self) -> list[str]:
+        return ["--patches-dir", str(self.patches), "--cache-dir", str(self.cache)]
+
+
+@dataclass
+class Outcome:
+    code: int
+    stdout: str
+    stderr: str
+
+
+Setup = Callable[[Env], Sequence[str]]
+
+
+@dataclass(frozen=True)
+class Case:
+    row: str  # the evidence row, e.g. "A20"; a letter suffix for variants
+    setup: Setup  # prepares the input; returns the command line after the global options
+    code: int
+    says: str  # in the one error line (code != 0) or in the output (code 0)
+    unchanged: Callable[[Env], Iterable[Path]] = lambda env: ()
+    check: Callable[[Env], None] | None = None  # what must (not) be left behind
+    how: str = "in-process"  # or "process", "no-caps", "tmpfs:<MB>"
+    run: Callable[[Env], None] | None = None  # a case of its own (races, kills)
+    slow: bool = False  # downloads (a real apt) or builds
+
+
+def run_cli(env: Env, args: Sequence[str], how: str) -> Outcome:
+    if how == "in-process":
+        result = lmsforge(*env.base_args(), *args)
+        return Outcome(result.exit_code, result.stdout, result.stderr)
+    command = [sys.executable, "-m", "lmsforge", *env.base_args(), *args]
+    if how == "no-caps":
+        command = [*NO_CAPS, *command]
+    elif how.startswith("tmpfs:"):
+        size = how.split(":", 1)[1]
+        env.cache.mkdir(parents=True, exist_ok=True)
+        script = (f"mount -t tmpfs -o size={size}m none {env.cache} && "
+                  f"{' '.join(map(_quote, command))}; code=$?; "
+                  f"echo \"LEFT: $(ls -A {env.cache}/partial 2>/dev/null | grep -v '.lock$')\"; "
+                  "exit $code")
+        command = ["unshare", "-m", "sh", "-c", script]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    return Outcome(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _quote(word: str) -> str:
+    return "'" + word.replace("'", "'\\''") + "'"
+
+
+def error_lines(outcome: Outcome) -> list[str]:
+    return [ln for ln in outcome.stderr.splitlines() if ln.startswith(("lmsforge: error:",
+                                                                          "Error: "))]
+
+
+# --- set-ups -----------------------------------------------------------------------------------
+
+
+def verify(*extra: str) -> Setup:
+    return lambda env: ["verify", "-f", "toy", "-t", "v1.0.0", *extra]
+
+
+def patch_file(env: Env, name: str = "0020-allocator-hook.patch") -> Path:
+    return env.series / name
+
+
+def then(action: Callable[[Env], object], args: Setup) -> Setup:
+    def setup(env: Env) -> Sequence[str]:
+        action(env)
+        return args(env)
+    return setup
+
+
+def rewrite(name: str, change: Callable[[bytes], bytes]) -> Callable[[Env], None]:
+    def action(env: Env) -> None:
+        path = patch_file(env, name)
+        path.write_bytes(change(path.read_bytes()))
+    return action
+
+
+def edit_manifest(change: Callable[[dict], object]) -> Callable[[Env], None]:
+    def action(env: Env) -> None:
+        path = env.series / "series.yaml"
+        data = yaml.safe_load(path.read_text())
+        result = change(data)
+        path.write_text(yaml.safe_dump(data if result is None else result, sort_keys=False))
+    return action
+
+
+def recompute_ids(env: Env) -> None:
+    """What a careful hand-editor does: fix patch_id and series_hash after editing a patch."""
+    path = env.series / "series.yaml"
+    data = yaml.safe_load(path.read_text())
+    for entry in data["patches"]:
+        entry["patch_id"] = series_mod.patch_id(env.series / entry["file"])
+    data["series_hash"] = series_mod.series_hash([env.series / e["file"]
+                                                  for e in data["patches"]])
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def edit_added_line(data: bytes) -> bytes:
+    return data.replace(b"+int lms_reclaim(void);", b"+int lms_reclaim(int);", 1)
+
+
+def fetched(env: Env) -> None:
+    assert lmsforge(*env.base_args(), "fetch", "-f", "toy", "-t", "v1.0.0").exit_code == 0
+
+
+def verified(env: Env) -> None:
+    result = lmsforge(*env.base_args(), "verify", "-f", "toy", "-t", "v1.0.0")
+    assert result.exit_code == 0, result.output
+
+
+def make_dir(*parts: str, mode: int | None = None, files: dict[str, str] | None = None):
+    def action(env: Env) -> Path:
+        path = env.root.joinpath(*parts)
+        path.mkdir(parents=True, exist_ok=True)
+        for name, text in (files or {}).items():
+            (path / name).write_text(text)
+        if mode is not None:
+            path.chmod(mode)
+        return path
+    return action
+
+
+def unrelated_repo(env: Env) -> None:
+    repo = make_dir("someone-else")(env)
+    (repo / "thesis.tex").write_text("\\documentclass{article}\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "my thesis")
+
+
+def apply_into(*parts: str) -> Setup:
+    return lambda env: ["apply", "-f", "toy", "-t", "v1.0.0", "--into",
+                        str(env.root.joinpath(*parts))]
+
+
+def read_only_cache(env: Env) -> None:
+    env.cache.mkdir(parents=True, exist_ok=True)
+    for path in [env.cache, *env.cache.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode & ~0o222)
+
+
+def big_archive(env: Env) -> Path:
+    """The toy tree plus 3 MB that does not compress, declared as the v1.0.0 archive."""
+    top = env.root / "big" / "toy-1.0.0"
+    top.mkdir(parents=True)
+    git(env.upstream, "archive", "--format=tar", "-o", str(env.root / "big" / "t.tar"), "v1.0.0")
+    with tarfile.open(env.root / "big" / "t.tar") as raw:
+        raw.extractall(top, filter="data")
+    (top / "blob.bin").write_bytes(os.urandom(3 << 20))
+    archive = env.root / "big" / "toy_1.0.0.orig.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(top, arcname="toy-1.0.0")
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    upstream_yaml = env.patches / "toy" / "upstream.yaml"
+    text = upstream_yaml.read_text()
+    text = re.sub(r"name: \S+", f"name: {archive.name}", text, count=1)
+    text = re.sub(r"sha256: \S+", f"sha256: {sha}", text, count=1)
+    upstream_yaml.write_text(text)
+    return archive
+
+
+def absent(*parts: str) -> Callable[[Env], None]:
+    def check(env: Env) -> None:
+        assert not env.root.joinpath(*parts).exists(), f"{env.root.joinpath(*parts)} was left"
+    return check
+
+
+def series_copied_to_v2(env: Env) -> None:
+    """The v1.0.0 series put in the v2.0.0 folder, where upstream changed storage.h."""
+    folder = env.patches / "toy" / "v2.0.0"
+    shutil.copytree(env.series, folder)
+    edit_manifest(lambda d: d.update(tag="v2.0.0"))(
+        Env(env.root, env.patches, folder, env.tree, env.cache, env.upstream, env.archive))
+
+
+def nothing_left_in_partial(env: Env) -> None:
+    partial = env.cache / "partial"
+    left = sorted(p.name for p in partial.iterdir()) if partial.is_dir() else []
+    assert left == [], left
+
+
+def cache_has_no_trees(env: Env) -> None:
+    assert not (env.cache / "trees").exists() and not (env.cache / "archives").exists()
+
+
+# --- cases that need several processes --------------------------------------------------------
+
+
+def lmsforge_process(env: Env, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "lmsforge", *env.base_args(), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def two_applies_into_one_folder(env: Env) -> None:
+    for attempt in range(3):
+        target = env.root / f"race-{attempt}"
+        procs = [lmsforge_process(env, "apply", "-f", "toy", "-t", "v1.0.0", "--into",
+                                  str(target)) for _ in range(2)]
+        outs = [p.communicate(timeout=300) for p in procs]
+        codes = sorted(p.returncode for p in procs)
+        assert codes == [0, 2], outs
+        loser = outs[[p.returncode for p in procs].index(2)][1]
+        assert re.search(r"another lmsforge is making a work tree|already exists", loser), loser
+        assert git(target, "rev-parse", "--abbrev-ref", "HEAD") == "lms/toy/v1.0.0"
+        assert git(target, "status", "--porcelain") == ""
+
+
+def killed_import_is_swept(env: Env) -> None:
+    archive = big_archive(env)
+    proc = lmsforge_process(env, "fetch", "-f", "toy", "-t", "v1.0.0", "--archive", str(archive))
+    partial = env.cache / "partial"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if partial.is_dir() and any(p.name.startswith("import-") and p.is_dir()
+                                    for p in partial.iterdir()):
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the import finished before it could be killed"
+    assert any(p.name.startswith("import-") for p in partial.iterdir())  # the leftover
+    result = lmsforge(*env.base_args(), "fetch", "-f", "toy", "-t", "v1.0.0")
+    assert result.exit_code == 0, result.output
+    nothing_left_in_partial(env)
+
+
+def corrupt_records_self_heal(env: Env) -> None:
+    verified(env)
+    identity = env.cache / "identities" / "toy" / "v1.0.0.json"
+    identity.write_text("{ not json")
+    report = env.cache / "reports" / "toy" / "v1.0.0" / "verify.json"
+    for broken in ("[1, 2]", '{"results": [{"level": 3}]}', "\x00\xff"):
+        report.write_text(broken)
+        listed = lmsforge(*env.base_args(), "list", "--json")
+        assert listed.exit_code == 0, listed.output
+    fetched_again = lmsforge(*env.base_args(), "fetch", "-f", "toy", "-t", "v1.0.0")
+    assert fetched_again.exit_code == 0 and "replacing the damaged" in fetched_again.stderr
+    assert json.loads(identity.read_text())["archive"]["tag"] == "v1.0.0"
+
+
+def edited_copy_does_not_change_the_pristine_result(env: Env) -> None:
+    verified(env)
+    copy = env.root / "patches-copy"
+    shutil.copytree(env.patches, copy)
+    path = copy / "toy" / "v1.0.0" / "0020-allocator-hook.patch"
+    path.write_bytes(edit_added_line(path.read_bytes()))
+    recompute_ids(Env(env.root, copy, copy / "toy" / "v1.0.0", env.tree, env.cache,
+                      env.upstream, env.archive))
+    edited = lmsforge("--patches-dir", str(copy), "--cache-dir", str(env.cache), "verify",
+                      "-f", "toy", "-t", "v1.0.0")
+    assert edited.exit_code == 1
+    for patches, expected in ((env.patches, "pass"), (copy, "fail")):
+        listed = lmsforge("--patches-dir", str(patches), "--cache-dir", str(env.cache), "list",
+                          "--json")
+        rows = {r["tag"]: r for r in json.loads(listed.stdout)["series"]
+                if r["framework"] == "toy"}
+        assert rows["v1.0.0"]["last_verify"]["apply"] == expected
+    status = lmsforge(*env.base_args(), "status", "--tree", str(env.tree), "--json")
+    assert json.loads(status.stdout)["last_verify"] == {"apply": "pass", "compile": "skipped",
+                                                          "core-cpu": "skipped"} or \
+        json.loads(status.stdout)["last_verify"]["apply"] == "pass"
+
+
+DEBIAN_TOYS = {  # two tiny real Debian source packages stand in for two tags' archives
+    "v1.1.0": ("sl_5.02.orig.tar.gz",
+               "1e5996757f879c81f202a18ad8e982195cf51c41727d3fea4af01fdcbbb5563a",
+               "sl-5.02", "sl", "5.02-1"),
+    "v2.0.0": ("cowsay_3.03+dfsg2.orig.tar.gz",
+               "3b89965c7d6b19f321867e59d14d4aec820d36068f56d2b1e783498beeb4183e",
+               "cowsay-3.03+dfsg2", "cowsay", "3.03+dfsg2-8"),
+}
+
+
+def debian_sources(env: Env) -> None:
+    """Declare v1.1.0 and v2.0.0 as served by Debian source packages, fetched with apt into the
+    cache; apt's lists are seeded from the shared test cache when it has them (speed only)."""
+    path = env.patches / "toy" / "upstream.yaml"
+    data = yaml.safe_load(path.read_text())
+    for tag, (name, sha, top, package, version) in DEBIAN_TOYS.items():
+        data["tags"][tag]["archive"] = {"name": name, "sha256": sha, "top": top,
+                                        "debian": {"package": package, "version": version}}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    seed = real_test_cache() / "apt" / "lists"
+    if seed.is_dir():
+        shutil.copytree(seed, env.cache / "apt" / "lists",
+                        ignore=shutil.ignore_patterns("lock", "partial"))
+
+
+def apt_processes(env: Env) -> list[int]:
+    """apt-get processes working on this cache's apt state."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            words = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if words and words[0].endswith(b"apt-get") and str(env.cache).encode() in \
+                b" ".join(words):
+            found.append(int(proc.name))
+    return found
+
+
+def two_fetches_of_different_tags(env: Env) -> None:
+    debian_sources(env)
+    procs = [lmsforge_process(env, "fetch", "-f", "toy", "-t", tag) for tag in DEBIAN_TOYS]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    nothing_left_in_partial(env)
+
+
+def killed_fetch_leaves_no_apt_behind(env: Env) -> None:
+    debian_sources(env)
+    proc = lmsforge_process(env, "fetch", "-f", "toy", "-t", "v1.1.0")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and not apt_processes(env):
+        time.sleep(0.01)
+    assert proc.poll() is None, "the fetch finished before apt-get could be seen"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while apt_processes(env) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert apt_processes(env) == [], "apt-get outlived the killed lmsforge"
+    result = lmsforge(*env.base_args(), "fetch", "-f", "toy", "-t", "v1.1.0")
+    assert result.exit_code == 0, result.output
+    nothing_left_in_partial(env)
+
+
+def autocrlf_clone(with_attributes: bool) -> Setup:
+    """The patches committed to a repository (with or without this repository's
+    .gitattributes), cloned with core.autocrlf=true, used as --patches-dir."""
+    def setup(env: Env) -> Sequence[str]:
+        origin = env.root / "origin"
+        shutil.copytree(env.patches, origin / "patches")
+        if with_attributes:
+            shutil.copy(REPO / ".gitattributes", origin / ".gitattributes")
+        git(origin, "init", "-q", "-b", "main")
+        git(origin, "add", ".")
+        git(origin, "commit", "-q", "-m", "series")
+        clone = env.root / "clone"
+        subprocess.run(["git", "-c", "core.autocrlf=true", "clone", "-q", "-c",
+                        "core.autocrlf=true", str(origin), str(clone)], check=True)
+        return ["--patches-dir", str(clone / "patches"), "verify", "-f", "toy", "-t", "v1.0.0"]
+    return setup
+
+
+def four_fetches_of_one_tag(env: Env) -> None:
+    procs = [lmsforge_process(env, "fetch", "-f", "toy", "-t", "v1.0.0", "--json")
+             for _ in range(4)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], outs
+    assert len({json.loads(out)["commit"] for out, _ in outs}) == 1
+    assert git(env.cache / "repos" / "toy-archive.git", "fsck", "--no-progress") == ""
+    nothing_left_in_partial(env)
+
+
+# --- the table ---------------------------------------------------------------------------------
+
+CASES: list[Case] = [
+    Case("A01", then(rewrite("0020-allocator-hook.patch", lambda d: d.replace(b"\n", b"\r\n")),
+                     verify()), 2, "0020-allocator-hook.patch has CRLF line endings"),
+    Case("A01b", then(rewrite("0020-allocator-hook.patch", lambda d: d.replace(b"\n", b"\r\n")),
+                      apply_into("crlf-tree")), 2, "has CRLF line endings",
+         check=absent("crlf-tree")),
+    Case("A02", autocrlf_clone(with_attributes=True), 0, "apply exactly and round-trip"),
+    Case("A02b", autocrlf_clone(with_attributes=False), 2, "has CRLF line endings"),
+    Case("A03", then(rewrite("0020-allocator-hook.patch", lambda d: os.urandom(4096)),
+                     verify()), 2, "not UTF-8"),
+    Case("A04", then(rewrite("0020-allocator-hook.patch", lambda d: b""), verify()), 2,
+         "does not start with a `From <commit>` line"),
+    Case("A05", then(rewrite("0020-allocator-hook.patch", lambda d: d[:d.index(b"@@") + 200]),
+                     verify()), 2, "is truncated or edited"),
+    Case("A06", then(rewrite("0030-storage-hook.patch", lambda d: d[:d.index(b"diff --git")]),
+                     verify()), 2, "no `diff --git` section: the patch changes nothing"),
+    Case("A07", then(rewrite("0020-allocator-hook.patch", edit_added_line), verify()), 2,
+         "patch-id differs"),
+    Case("A08", then(rewrite("0020-allocator-hook.patch",
+                             lambda d: d.replace(b"Reclaim in the allocator", b"Reclaim more", 1)),
+                     verify()), 2,
+         "0020-allocator-hook.patch: its subject is not the one exported"),
+    Case("A09", then(lambda env: (rewrite("0020-allocator-hook.patch", edit_added_line)(env),
+                                  recompute_ids(env)), verify()), 1,
+         "re-exporting the branch changes"),
+    Case("A10", then(lambda env: patch_file(env).unlink(), verify()), 2,
+         "listed in series.yaml but missing"),
+    Case("A10b", then(lambda env: (env.series / "0120-extra.patch").write_bytes(
+        patch_file(env).read_bytes()), verify()), 2, "0120-extra.patch is in the folder but not"),
+    Case("A11", then(edit_manifest(lambda d: d["patches"][1].update(id="lms-core")), verify()),
+         2, "appears twice"),
+    Case("A12", then(lambda env: (env.series / "series.yaml").write_text("a: [\n"), verify()),
+         2, "is not valid YAML at line"),
+    Case("A12b", then(lambda env: (env.series / "series.yaml").write_text("- 1\n"), verify()),
+         2, "must be a mapping"),
+    Case("A12c", then(lambda env: (env.series / "series.yaml").write_text(""), verify()),
+         2, "must be a mapping"),
+    Case("A13", then(lambda env: (env.series / "series.yaml").unlink(), verify()), 2,
+         "has 3 .patch files but no series.yaml; restore it"),
+    Case("A14", then(edit_manifest(lambda d: d.update(tag="v1.1.0")), verify()), 2,
+         "tag `v1.1.0` but the folder is v1.0.0/"),
+    Case("A14b", then(lambda env: (env.series / "series").unlink(), verify()), 2,
+         "the `series` order file is missing"),
+    Case("A15", then(edit_manifest(lambda d: d.update(base="1" * 40)), verify()), 2,
+         "`base` 111111111111 is not the commit the patch files were exported on"),
+    Case("A16", then(series_copied_to_v2,
+                     lambda env: ["apply", "-f", "toy", "-t", "v2.0.0", "--into",
+                                  str(env.root / "v2-tree")]), 2,
+         "0030-storage-hook.patch does not apply: src/storage.h hunk 1",
+         check=absent("v2-tree")),
+    Case("A17", lambda env: ["verify", "-f", "caffe"], 2, "unknown framework `caffe`"),
+    Case("A17b", lambda env: ["verify", "-f", "toy", "-t", "banana"], 2,
+         "unknown tag `banana` for toy"),
+    Case("A18", lambda env: ["apply", "-f", "toy", "-t", "v1.1.0", "--into",
+                             str(env.root / "x")], 2,
+         "no LMS series for v1.1.0 yet; series exist for v1.0.0",
+         check=absent("x")),
+    Case("A18b", lambda env: ["verify", "-f", "toy", "-t", "v9.9.9"], 2,
+         "upstream.yaml does not declare v9.9.9", check=cache_has_no_trees),
+    Case("A20", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--archive",
+                             str(env.archive)], 2, "declares no source archive",
+         check=cache_has_no_trees),
+    Case("A21", lambda env: ["apply", "-f", "", "-t", "v1.0.0"], 2, "must not be empty"),
+    Case("A21b", lambda env: ["apply", "-f", "toy", "-t", ""], 2, "must not be empty"),
+    Case("A21c", lambda env: ["apply", "-f", "toy", "-t", "v1.0.0", "--into", ""], 2,
+         "must not be empty"),
+    Case("A22", lambda env: ["verify", "-t", "", "-f", "toy"], 2, "must not be empty",
+         check=cache_has_no_trees),
+    Case("A22b", lambda env: ["verify", "-f", ""], 2, "must not be empty",
+         check=cache_has_no_trees),
+    Case("A22c", lambda env: ["--cache-dir", "", "list"], 2, "must not be empty"),
+    Case("A22d", lambda env: ["--patches-dir", "", "list"], 2, "must not be empty"),
+    Case("A24", lambda env: ["verify", "-f", "toy", "-t", "v1.0.0", "--report", ""], 2,
+         "must not be empty", check=cache_has_no_trees),
+    Case("A24b", lambda env: ["verify", "-f", "toy", "-t", "v1.0.0", "--report",
+                              str(env.root / "missing" / "r.json")], 2,
+         "does not exist; create it first", check=cache_has_no_trees),
+    Case("A24c", lambda env: ["verify", "-f", "toy", "-t", "v1.0.0", "--report",
+                              str(env.root)], 2, "is a directory", check=cache_has_no_trees),
+    Case("A25", then(make_dir("busy", files={"notes.txt": "mine\n"}), apply_into("busy")), 2,
+         "not empty and not a git work tree", unchanged=lambda env: [env.root / "busy"]),
+    Case("A25b", then(lambda env: (env.root / "afile").write_text("x"), apply_into("afile")), 2,
+         "is a file, not a folder"),
+    Case("A26", then(unrelated_repo, apply_into("someone-else")), 2,
+         "holds neither toy v1.0.0 nor an lmsforge work tree",
+         unchanged=lambda env: [env.root / "someone-else"]),
+    # A fresh `git init` holds nobody's work: taken (port starts its work tree this way).
+    Case("A26b", then(lambda env: git(make_dir("just-init")(env), "init", "-q"),
+                      apply_into("just-init")), 0, "branch lms/toy/v1.0.0"),
+    Case("A27", then(make_dir("ro-empty", mode=0o555), apply_into("ro-empty")), 2,
+         "is not writable by this user", how="no-caps"),
+    Case("A28", then(make_dir("ro-parent", mode=0o555), apply_into("ro-parent", "new")), 2,
+         "is not writable by this user", how="no-caps",
+         check=absent("ro-parent", "new")),
+    Case("A29", lambda env: ["verify", "-f", "toy", "-t", "../toy/v1.0.0"], 2,
+         "unknown tag `../toy/v1.0.0`"),
+    Case("A30", then(lambda env: (env.root / "short.tar.gz").write_bytes(
+        env.archive.read_bytes()[:-100]), lambda env: [
+        "fetch", "-f", "toy", "-t", "v1.0.0", "--archive", str(env.root / "short.tar.gz")]), 2,
+        "pass the right file", check=cache_has_no_trees),
+    Case("A31", then(lambda env: (fetched(env), (env.cache / "archives" / env.archive.name)
+                                  .write_bytes(b"rot")), lambda env: [
+        "fetch", "-f", "toy", "-t", "v1.0.0"]), 2, "delete it and run `lmsforge fetch` again"),
+    Case("A32", then(lambda env: (fetched(env), read_only_cache(env)),
+                     lambda env: ["fetch", "-f", "toy", "-t", "v1.0.0"]), 0, "(verified)",
+         unchanged=lambda env: [env.cache], how="no-caps"),
+    Case("A32b", then(lambda env: (fetched(env), read_only_cache(env)),
+                      apply_into("from-ro-cache")), 0, "branch lms/toy/v1.0.0",
+         unchanged=lambda env: [env.cache], how="no-caps"),
+    Case("A32c", then(lambda env: (fetched(env), read_only_cache(env)), verify()), 2,
+         "is read-only and verify keeps its work trees", unchanged=lambda env: [env.cache],
+         how="no-caps"),
+    Case("A32d", then(lambda env: read_only_cache(env),
+                      lambda env: ["fetch", "-f", "toy", "-t", "v1.0.0"]), 2,
+         "is read-only and lacks toy_v1.0.0.orig.tar.gz", how="no-caps"),
+    Case("A32e", then(lambda env: (fetched(env), read_only_cache(env)),
+                      lambda env: ["list"]), 0, "toy", how="no-caps"),
+    Case("A33", lambda env: ["fetch", "-f", "toy", "-t", "v1.0.0", "--archive",
+                             str(big_archive(env))], 1, "no space left on the device",
+         how="tmpfs:5"),
+    Case("A34", lambda env: ["fetch", "-f", "toy", "-t", "v1.0.0", "--archive",
+                             str(big_archive(env))], 1, "no space left on the device",
+         how="tmpfs:2"),
+    Case("A35", lambda env: [], 0, "", run=four_fetches_of_one_tag),
+    Case("A36", lambda env: [], 0, "", run=two_fetches_of_different_tags, slow=True),
+    Case("A37", lambda env: [], 0, "", run=killed_import_is_swept),
+    Case("A38", lambda env: [], 0, "", run=killed_fetch_leaves_no_apt_behind, slow=True),
+    Case("A39", lambda env: [], 0, "", run=two_applies_into_one_folder),
+    Case("A40", lambda env: [], 0, "", run=corrupt_records_self_heal),
+    Case("A51", lambda env: ["status", "--tree", str(env.root)], 2,
+         "is not a work tree made by `lmsforge apply`"),
+    Case("A51b", lambda env: ["status", "--tree", str(env.root / "nowhere")], 2,
+         "is not a work tree made by `lmsforge apply`"),
+    Case("A51c", then(unrelated_repo, lambda env: ["status", "--tree",
+                                                   str(env.root / "someone-else")]), 2,
+         "is not a work tree made by `lmsforge apply`"),
+    Case("A52", then(lambda env: (env.tree / "README").write_text("local edit\n"),
+                     lambda env: ["status", "--tree", str(env.tree)]), 0, "work tree dirty"),
+    Case("A53", lambda env: [], 0, "", run=edited_copy_does_not_change_the_pristine_result),
+    Case("A54", then(lambda env: ((env.tree / "README").write_text("local edit\n"),
+                                  (env.tree / "new.c").write_text("int x;\n")),
+                     lambda env: ["export", "-f", "toy", "-t", "v1.0.0", "--tree",
+                                  str(env.tree)]), 2,
+         "has uncommitted changes (1 changed file, 1 untracked file)",
+         unchanged=lambda env: [env.series]),
+    Case("F14", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--mirror",
+                             str(env.root / "gone.git")], 1, "check the network"),
+]
+
+
+@pytest.fixture
+def env(toy_series, tmp_path) -> Env:
+    return Env(tmp_path, toy_series["patches"], toy_series["series"], toy_series["tree"],
+               tmp_path / "cache-under-test", toy_series["upstream"], toy_series["archive"])
+
+
+def _available(how: str) -> str | None:
+    """Why this way of running cannot work here, or None."""
+    if how == "no-caps" and (os.geteuid() != 0 or shutil.which("setpriv") is None):
+        return "needs root and setpriv to drop capabilities"
+    if how.startswith("tmpfs:"):
+        probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+        if os.geteuid() != 0 or probe.returncode != 0:
+            return "needs root and a mount namespace (unshare -m) for a small tmpfs"
+    return None
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.slow] if c.slow else [],
+                                               id=c.row) for c in CASES])
+def test_hostile_input(case: Case, env: Env) -> None:
+    reason = _available(case.how)
+    if reason:
+        pytest.skip(reason)
+    if case.run is not None:
+        case.run(env)
+        return
+    args = case.setup(env)
+    before = {path: snapshot(path) for path in case.unchanged(env)}
+    outcome = run_cli(env, args, case.how)
+    shown = f"exit {outcome.code}\nstdout: {outcome.stdout}\nstderr: {outcome.stderr}"
+    assert "Traceback" not in outcome.stderr + outcome.stdout, shown
+    assert outcome.code == case.code, shown
+    if case.code == 0:
+        assert case.says in outcome.stdout + outcome.stderr, shown
+    elif case.code == 1 and not error_lines(outcome):
+        assert case.says in outcome.stdout, shown  # a verification level failed: its table row
+    else:
+        errors = error_lines(outcome)
+        assert len(errors) == 1, shown
+        assert case.says in errors[0], shown
+    for path, snap in before.items():
+        after = snapshot(path)
+        assert after == snap, f"{path} changed"
+    if case.how.startswith("tmpfs:"):
+        assert "LEFT: \n" in outcome.stdout + "\n", shown  # nothing left in partial/
+    if case.check is not None:
+        case.check(env)
