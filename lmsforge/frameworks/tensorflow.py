@@ -34,6 +34,8 @@ def _compile(ctx: LevelContext) -> LevelResult:
     log.write_text("")
     touched = touched_files(ctx)
     units = compile_units.plan(touched)
+    if any(compile_units.is_test(unit.source) for unit in units):
+        inputs.ensure_gtest()  # the series' C++ tests include gtest and gmock headers
     paths = _paths(ctx, "compile")
     protoc = inputs.ensure_protoc()
     ctx.say(f"compile: regenerating {', '.join(toolchain.PROTOS)} with {protoc}")

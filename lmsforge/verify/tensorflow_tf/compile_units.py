@@ -56,6 +56,10 @@ def plan(touched: Sequence[str]) -> list[Unit]:
     return units
 
 
+def is_test(source: str) -> bool:
+    return source.endswith("_test.cc")
+
+
 def compile_units(units: Sequence[Unit], paths: Paths, objects: Path, log: Path,
                   jobs: int) -> list[Compiled]:
     objects.mkdir(parents=True, exist_ok=True)
