@@ -85,37 +85,41 @@ def find_sources(tree: Path) -> Sources:
 def build(sources: Sources, paths: Paths, library_dir: Path, out: Path, log: Path,
           jobs: int) -> list[Path]:
     """Compile and link every test program; raises CheckFailed naming the first error."""
-    objects = out / "obj"
-    objects.mkdir(parents=True, exist_ok=True)
     units = list(dict.fromkeys([*sources.library, *sources.tests]))
-    wrapper = out / "tensor_without_registration.cc"
-    wrapper.write_text(TENSOR_WITHOUT_REGISTRATION)
-
-    def compile_one(source: str) -> tuple[str, subprocess.CompletedProcess[str]]:
-        path = wrapper if source == TENSOR_SOURCE else paths.tree / source
-        cmd = [CXX, *WHEEL_FLAGS, "-O1", "-g", *include_flags(paths), "-c", str(path), "-o",
-               str(_object(objects, source))]
-        return source, subprocess.run(cmd, capture_output=True, text=True)
-
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        compiled = list(pool.map(compile_one, units))
+        compiled = list(pool.map(lambda source: compile_source(source, paths, out), units))
     with open(log, "a") as out_log:
-        for source, proc in compiled:
+        for source, proc in zip(units, compiled):
             out_log.write(f"== compile {source}: rc={proc.returncode}\n{proc.stderr}")
-    for source, proc in compiled:
+    for source, proc in zip(units, compiled):
         if proc.returncode != 0:
             raise CheckFailed(f"{source} does not compile: {_first_error(proc.stderr)}; "
                               f"full log: {log}")
-    return [_link(program, objects, library_dir, out, log) for program in sources.programs]
+    return [link(program, library_dir, out, log) for program in sources.programs]
 
 
-def _link(program: Program, objects: Path, library_dir: Path, out: Path, log: Path) -> Path:
+def compile_source(source: str, paths: Paths, out: Path) -> subprocess.CompletedProcess[str]:
+    """Compile one source of the tree into `out`/obj (tensor.cc through its wrapper)."""
+    objects = out / "obj"
+    objects.mkdir(parents=True, exist_ok=True)
+    path = paths.tree / source
+    if source == TENSOR_SOURCE:
+        path = out / "tensor_without_registration.cc"
+        path.write_text(TENSOR_WITHOUT_REGISTRATION)
+    cmd = [CXX, *WHEEL_FLAGS, "-O1", "-g", *include_flags(paths), "-c", str(path), "-o",
+           str(_object(objects, source))]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def link(program: Program, library_dir: Path, out: Path, log: Path) -> Path:
+    """Link `program` from the objects in `out`/obj against the framework library."""
     binary = out / program.name
-    link = [CXX, "-o", str(binary),
-            *(str(_object(objects, s)) for s in [*program.library, *program.tests]),
-            f"-L{library_dir}", "-l:libtensorflow_framework.so.2", f"-Wl,-rpath,{library_dir}",
-            "-lgtest_main", "-lgtest", "-lpthread"]
-    proc = subprocess.run(link, capture_output=True, text=True)
+    objects = out / "obj"
+    cmd = [CXX, "-o", str(binary),
+           *(str(_object(objects, s)) for s in [*program.library, *program.tests]),
+           f"-L{library_dir}", "-l:libtensorflow_framework.so.2", f"-Wl,-rpath,{library_dir}",
+           "-lgtest_main", "-lgtest", "-lpthread"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     with open(log, "a") as out_log:
         out_log.write(f"== link {program.name}: rc={proc.returncode}\n{proc.stderr}")
     if proc.returncode != 0:
