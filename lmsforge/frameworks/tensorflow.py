@@ -43,8 +43,8 @@ def _compile(ctx: LevelContext) -> LevelResult:
         out.writelines(f"{missing}\n" for missing in bazel.missing)
     if bazel.missing:
         return LevelResult("compile", FAIL,
-                           detail=f"{len(bazel.missing)} Bazel lists lack files the series adds; "
-                                  f"first: {bazel.missing[0]}",
+                           detail=f"Bazel lists lack {len(bazel.missing)} entries for files "
+                                  f"the series adds; first: {bazel.missing[0]}",
                            facts={"bazel_lists": bazel.lists,
                                   "bazel_missing": len(bazel.missing)}, log=str(log))
     units = compile_units.plan(touched)

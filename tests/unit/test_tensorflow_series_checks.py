@@ -176,3 +176,41 @@ def test_added_fields_need_a_high_number_and_a_golden(tmp_path: Path, number: in
 def test_text_format_reads_repeated_keys_and_escapes() -> None:
     parsed = proto_fields.parse_text_format('a { n: "x\\"y" } a { n: "z" } b: 3')
     assert parsed == {"a": [{"n": 'x"y'}, {"n": "z"}], "b": "3"}
+
+
+def test_compile_level_fails_on_a_list_before_running_any_compiler(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    from lmsforge.frameworks import tensorflow
+    from lmsforge.verify.levels import FAIL, LevelContext
+
+    def no_compiler(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the compile level ran a tool after a list check failed")
+
+    monkeypatch.setattr(tensorflow.inputs, "ensure_protoc", no_compiler)
+    monkeypatch.setattr(tensorflow.inputs, "unpacked_wheel", no_compiler)
+    tree = tmp_path / "tree"
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t.invalid", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t.invalid", "GIT_CONFIG_GLOBAL": "/dev/null",
+           "PATH": "/usr/bin:/bin"}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tree, env=env, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    _write(tree, {"tensorflow/pkg/up.h": "// upstream\n", "tensorflow/pkg/up.cc": "",
+                  "tensorflow/pkg/BUILD": 'filegroup(name = "mobile", srcs = ["up.h"])\n'})
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "upstream")
+    base = git("rev-parse", "HEAD")
+    _write(tree, {**UPSTREAM, **NEW})
+    git("add", "-A")
+    git("commit", "-qm", "series")
+    result = tensorflow.run_level("compile", LevelContext("tensorflow", "v2.14.1", tree, base,
+                                                          tmp_path / "work", say=lambda s: None))
+    assert result.status == FAIL
+    assert result.detail.startswith("Bazel lists lack 1 entries for files the series adds")
+    assert 'filegroup "mobile" has tensorflow/pkg/up.h but not tensorflow/pkg/new.h' in \
+        result.detail
