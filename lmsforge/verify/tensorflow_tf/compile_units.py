@@ -56,6 +56,10 @@ def plan(touched: Sequence[str]) -> list[Unit]:
     return units
 
 
+def is_test(source: str) -> bool:
+    return source.endswith("_test.cc")
+
+
 def compile_units(units: Sequence[Unit], paths: Paths, objects: Path, log: Path,
                   jobs: int) -> list[Compiled]:
     objects.mkdir(parents=True, exist_ok=True)
@@ -78,8 +82,11 @@ def command(unit: Unit, paths: Paths, objects: Path) -> list[str]:
     cmd += include_flags(paths, gpu=unit.gpu, python=unit.python)
     if unit.syntax_only:
         return [*cmd, "-fsyntax-only", str(source)]
-    obj = objects / (unit.source.strip("/").replace("/", "__") + ".o")
-    return [*cmd, "-c", str(source), "-o", str(obj)]
+    return [*cmd, "-c", str(source), "-o", str(object_path(objects, unit.source))]
+
+
+def object_path(objects: Path, source: str) -> Path:
+    return objects / (source.strip("/").replace("/", "__") + ".o")
 
 
 def byte_compile(tree: Path, touched: Sequence[str]) -> list[tuple[str, str]]:
