@@ -107,13 +107,16 @@ def _calibration(data: dict[str, Any]) -> dict[str, Any]:
             for key, entry in data["timing"]["calibration"]["values"].items()}
 
 
-def test_results_say_they_are_simulated_with_virtual_time(copy_runs: list[dict[str, Any]],
-                                                         oversub_runs: list[dict[str, Any]]):
-    for data in (copy_runs[0], oversub_runs[0]):
-        assert data["simulated"] is True and data["data_ok"] is True
-        assert "cuda_sim" in data["device"]["name"]
-        assert data["timing"]["clock"] == "virtual"
-        assert data["timing"]["calibration"]["name"] == "h100-2026-11-22"
+def _assert_simulated(data: dict[str, Any]) -> None:
+    assert data["simulated"] is True and data["data_ok"] is True
+    assert "cuda_sim" in data["device"]["name"]
+    assert data["timing"]["clock"] == "virtual"
+    assert data["timing"]["calibration"]["name"] == "h100-2026-11-22"
+
+
+def test_copy_results_say_they_are_simulated_with_virtual_time(
+        copy_runs: list[dict[str, Any]]):
+    _assert_simulated(copy_runs[0])
 
 
 def test_copy_figures_are_the_same_under_any_scheduling(copy_runs: list[dict[str, Any]]):
@@ -134,13 +137,14 @@ def test_raw_copies_take_the_calibrated_time(copy_runs: list[dict[str, Any]]):
                       row["size"] / table[f"{direction}_gbps"] / 1e3)
             least_ms = row["count"] * one_us / 1e3
             most_ms = least_ms + table["memcpy_call_us"] / 1e3
-            measured = row[key]["median_ms"]
-            assert least_ms * (1 - 1e-6) <= measured <= most_ms * (1 + 1e-6), (key, row["size"])
+            measured = row[key]["median_ms"]  # written with 6 significant digits
+            assert least_ms * (1 - 1e-5) <= measured <= most_ms * (1 + 1e-5), (key, row["size"])
 
 
 def test_oversubscription_reports_simulated_bound_efficiency_per_k(
         oversub_runs: list[dict[str, Any]]):
     first, second = oversub_runs
+    _assert_simulated(first)
     assert _timed(first) == _timed(second)
     assert [row["k"] for row in first["results"]] == FACTORS
     assert first["settings"]["rounds"] == 64 and first["settings"]["data_rounds"] == 2
