@@ -63,9 +63,8 @@ def device_label(data: dict[str, Any]) -> str:
     device = data.get("device", {}).get("name", "unknown device")
     if data.get("simulated"):
         calibration = data.get("timing", {}).get("calibration", {}).get("name")
-        device += (f" — SIMULATED: virtual time of lmsforge's cuda_sim, calibration "
-                   f"{calibration}; not a GPU measurement" if calibration else
-                   " — SIMULATED: lmsforge's cuda_sim, not a GPU measurement")
+        device += (f" — SIMULATED, calibration {calibration}: not a GPU result" if calibration
+                   else " — SIMULATED: lmsforge's cuda_sim, not a GPU result")
     return device
 
 
@@ -170,7 +169,7 @@ def plot(data: dict[str, Any], png: Path) -> Path:
         top.set_ylabel("LMS throughput / raw pinned cudaMemcpyAsync")
         top.set_ylim(0, max(1.1, *(row["ratio_out"] for row in rows),
                             *(row["ratio_in"] for row in rows)) * 1.05)
-        top.set_title(f"LMS copy engine vs raw pinned copies — {device}")
+        top.set_title(f"LMS copy engine vs raw pinned copies\n{device}", fontsize=9)
         for key, label, style in (("raw_d2h", "raw D2H", "o--"), ("lms_out", "LMS page-out", "o-"),
                                   ("raw_h2d", "raw H2D", "s--"), ("lms_in", "LMS page-in", "s-")):
             bottom.plot(sizes, [row[key]["gbps"] for row in rows], style, label=label)
@@ -191,7 +190,7 @@ def plot(data: dict[str, Any], png: Path) -> Path:
                  label="bound with least traffic (k−1)·limit")
         limit = data["settings"]["limit_bytes"]
         top.set_ylabel("step time, ms (median)")
-        top.set_title(f"Oversubscription, limit {size_label(limit)} — {device}")
+        top.set_title(f"Oversubscription, limit {size_label(limit)}\n{device}", fontsize=9)
         bottom.plot(ks, [row["bound_efficiency"] for row in rows], "o-",
                     label="bound efficiency (bound / LMS)")
         speed = [(row["k"], row["oracle"]["step_ms"] / row["lms"]["step_ms"])

@@ -343,7 +343,7 @@ def test_compare_puts_two_results_side_by_side(tmp_path: Path,
     mine.write_text(json.dumps(data))
     assert lmsbench.main(["compare", str(mine), str(reference)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "SIMULATED: virtual time of lmsforge's cuda_sim, calibration h100-2026-11-22" in lines[0]
+    assert "SIMULATED, calibration h100-2026-11-22: not a GPU result" in lines[0]
     assert lines[2].startswith("  settings that differ: limit_bytes 536870912 vs 1073741824")
     rows = [line.split() for line in lines[4:]]
     assert [row[0] for row in rows] == ["1", "2", "8"]  # k = 4 is not in both
