@@ -10,15 +10,21 @@ environment (``repository``).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-import git as gitpython
-from gitdb.exc import BadName, BadObject
+# GitPython refuses to import when no git binary is on PATH; commands that need no git (test,
+# publish) must still run there, and those that do get NO_GIT below as their one-line error.
+os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+import git as gitpython  # noqa: E402
+from gitdb.exc import BadName, BadObject  # noqa: E402
 
-from lmsforge.errors import LmsforgeError
+from lmsforge.errors import LmsforgeError  # noqa: E402
+
+NO_GIT = "git is not on PATH; install git (apt-get install git) or add it to PATH"
 
 # The identity that owns every commit lmsforge creates itself (archive imports, series commits
 # replayed by `git am` keep their own author; only the committer is ours).
@@ -79,13 +85,18 @@ def run(
     check: bool = True,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run ``git ARGS`` and return the completed process (bytes out)."""
-    proc = subprocess.run(
-        ["git", *_NEUTRAL_CONFIG, *args],
-        cwd=cwd,
-        env=git_env(env),
-        input=input,
-        capture_output=True,
-    )
+    try:
+        proc = subprocess.run(
+            ["git", *_NEUTRAL_CONFIG, *args],
+            cwd=cwd,
+            env=git_env(env),
+            input=input,
+            capture_output=True,
+        )
+    except FileNotFoundError:
+        if shutil.which("git", path=git_env(env).get("PATH")) is None:
+            raise LmsforgeError(NO_GIT) from None
+        raise
     if check and proc.returncode != 0:
         raise GitError(list(args), proc.returncode,
                        proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"))
@@ -101,6 +112,8 @@ def out(args: Sequence[str], cwd: Path | str | None = None, **kwargs: object) ->
 def repository(path: Path | str, *, search_parents: bool = False) -> Iterator[gitpython.Repo]:
     """A GitPython repository whose git commands run with lmsforge's neutral configuration;
     closed on exit (GitPython keeps `git cat-file` processes open while it is in use)."""
+    if shutil.which("git") is None:
+        raise LmsforgeError(NO_GIT)
     repo = gitpython.Repo(path, search_parent_directories=search_parents)
     try:
         env = {k: v for k, v in git_env().items() if k.startswith(("GIT_", "LC_", "LANG", "TZ"))}

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from lmsforge import patchfile
+from lmsforge import git, patchfile
 from lmsforge.errors import UsageError
 
 FORMAT_VERSION = 1
@@ -79,8 +78,7 @@ def series_hash(paths: list[Path]) -> str:
 
 def patch_id(path: Path) -> str:
     """`git patch-id --stable` of a patch file: unchanged by line shifts and header changes."""
-    proc = subprocess.run(["git", "patch-id", "--stable"], input=path.read_bytes(),
-                          capture_output=True)
+    proc = git.run(["patch-id", "--stable"], input=path.read_bytes(), check=False)
     words = proc.stdout.decode().split()
     return words[0] if words else ""
 

@@ -76,3 +76,15 @@ def tensorflow_v2141_lms_tree(tmp_path_factory: pytest.TempPathFactory,
         pytest.skip("no TensorFlow v2.14.1 series in patches/ yet")
     return _apply_real_series("tensorflow", "v2.14.1",
                               tmp_path_factory.mktemp("tf2141") / "tree")
+
+
+@pytest.fixture(scope="session")
+def core_package_builds(tmp_path_factory: pytest.TempPathFactory,
+                        real_cache_dir: Path) -> tuple[Path, dict]:
+    """The README's core package builds (no CUDA, host CUDA, ppc64le) into one lms-channel, made
+    once per session: test_core_package checks them, the quetz test publishes the CPU package."""
+    from test_core_package import run_builds  # a test module: imported only when needed
+
+    work = tmp_path_factory.mktemp("readme")
+    return work, run_builds(work)
+

@@ -9,10 +9,14 @@ from lmsforge.upstream import TreeIdentity
 
 
 def series_identity(opts: Options, framework: str, tag: str,
-                    tree: TreeIdentity | None = None) -> SeriesIdentity:
-    """The series hash and upstream identity: from the fetched tree, else from series.yaml."""
+                    tree: TreeIdentity | None = None, *,
+                    check_patch_ids: bool = True) -> SeriesIdentity:
+    """The series hash and upstream identity: from the fetched tree, else from series.yaml.
+    CHECK_PATCH_IDS=False skips the patch-id check (it needs git), for commands that only read
+    the hash to find packages (`test` runs on hosts with no git)."""
     sources = frameworks.sources_for(opts.patches_dir, framework)
-    series = series_mod.load(frameworks.series_folder(opts.patches_dir, sources, tag))
+    series = series_mod.load(frameworks.series_folder(opts.patches_dir, sources, tag),
+                             check_patch_ids=check_patch_ids)
     if tree is not None:
         record = {k: str(v) for k, v in tree.to_json().items()
                   if k in ("kind", "archive", "sha256", "commit", "upstream_commit", "tree") and v}

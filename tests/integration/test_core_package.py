@@ -73,15 +73,9 @@ def without_cuda() -> tuple[list[str], dict[str, str], str]:
     return [], {**env, "CUDA_HOME": str(empty)}, f"CUDA_HOME={empty} (no mount namespace here)"
 
 
-@pytest.fixture(scope="module")
-def work(tmp_path_factory: pytest.TempPathFactory, real_cache_dir: Path) -> Path:
-    """The folder the README's commands run in; its lms-channel collects every build below."""
-    return tmp_path_factory.mktemp("readme")
-
-
-@pytest.fixture(scope="module")
-def builds(work: Path) -> dict[str, subprocess.CompletedProcess]:
-    """Every build of this module, in order, into WORK/lms-channel."""
+def run_builds(work: Path) -> dict[str, subprocess.CompletedProcess]:
+    """Every build of this module, in order, into WORK/lms-channel (once per session: the
+    ``core_package_builds`` fixture of conftest.py, which the quetz test reuses)."""
     readme = readme_command("build")
     wrap, env, how = without_cuda()
     print(f"\nno CUDA toolkit: {how}")
@@ -90,6 +84,17 @@ def builds(work: Path) -> dict[str, subprocess.CompletedProcess]:
     results["ppc64le"] = lmsforge([*readme, "--platform", "linux-ppc64le"], work)
     results["again"] = lmsforge(readme, work)
     return results
+
+
+@pytest.fixture(scope="module")
+def work(core_package_builds: tuple[Path, dict]) -> Path:
+    """The folder the README's commands run in; its lms-channel collects every build."""
+    return core_package_builds[0]
+
+
+@pytest.fixture(scope="module")
+def builds(core_package_builds: tuple[Path, dict]) -> dict[str, subprocess.CompletedProcess]:
+    return core_package_builds[1]
 
 
 def _packages(work: Path, subdir: str) -> list[Path]:

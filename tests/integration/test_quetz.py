@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ import pytest
 
 from conftest import REPO_ROOT, real_test_cache
 from fixtures import lmsforge
-from lmsforge import build, channel, credentials, recipes
+from lmsforge import build, channel, credentials
 from quetz_server import QuetzServer, quetz_venv
 from test_channel import tiny_packages  # noqa: F401 (a fixture)
 
@@ -130,16 +131,15 @@ def readme_cluster_example() -> list[str]:
 
 
 @pytest.mark.slow
-def test_readme_cluster_example_against_quetz(quetz, pytorch_v260_lms_tree, tmp_path):
-    from test_core_package import SERIES
-
-    rendered = recipes.render("pytorch", "v2.6.0", "core", "linux-64", tmp_path / "recipe",
-                              series=SERIES, source_tree=pytorch_v260_lms_tree,
-                              variants={"cuda_version": ["None"]})
-    result = build.build_variant(rendered, {"cuda_version": "None"}, tmp_path / "lms-channel",
-                                 jobs=2)
-    [package] = result.packages
-    assert package.path.stat().st_mode & 0o777 == 0o644  # servable as built
+def test_readme_cluster_example_against_quetz(quetz, core_package_builds, tmp_path):
+    # The CPU package the README's build command made (test_core_package builds it once per
+    # session), in a ./lms-channel of its own as the README's publish line expects.
+    work, builds = core_package_builds
+    assert builds["no-cuda"].returncode == 0, builds["no-cuda"].stderr
+    [built] = (work / "lms-channel" / "linux-64").glob("pytorch-lms-core-*cpu_lms_*.conda")
+    assert built.stat().st_mode & 0o777 == 0o644  # servable as built
+    (tmp_path / "lms-channel" / "linux-64").mkdir(parents=True)
+    shutil.copy2(built, tmp_path / "lms-channel" / "linux-64" / built.name)
 
     lines = readme_cluster_example()
     lmsforge_lines = [line for line in lines if not line.startswith("conda ")]
