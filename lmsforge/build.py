@@ -100,10 +100,12 @@ def build_variant(rendered: RenderResult, combination: Mapping[str, str], output
                     env_isolation=(rb.EnvironmentIsolation.NONE if host_toolchain
                                    else rb.EnvironmentIsolation.STRICT)))
             except Exception as exc:
-                where = _write_log(log_file, output_dir, exc)
+                script_log = _script_log(output_dir, start)
+                where = _write_log(log_file, output_dir, exc, script_log)
+                cause = _first_error_line(script_log) or _last_error_line(exc)
                 raise CheckFailed(f"rattler-build failed for {rendered.framework} {rendered.tag} "
                                   f"{rendered.profile} {dict(combination)} on {rendered.platform}: "
-                                  f"{_last_error_line(exc)}; full log: {where}") from None
+                                  f"{cause}; full log: {where}") from None
     seconds = time.monotonic() - start
     packages = tuple(_built(Path(p)) for r in results for p in r.packages)
     channel.make_servable([p.path for p in packages])
@@ -142,11 +144,36 @@ def _build_environment(rendered: RenderResult, combination: Mapping[str, str],
         os.environ.update(saved)
 
 
-def _write_log(log_file: Path | None, output_dir: Path, exc: Exception) -> Path:
+def _script_log(output_dir: Path, since: float) -> Path | None:
+    """The build script's own output of the build that just failed: rattler-build keeps the
+    work folder of a failed build (bld/rattler-build_*/work/conda_build.log); its exception
+    only says that the script failed."""
+    wall_start = time.time() - (time.monotonic() - since)
+    logs = [p for p in output_dir.glob("bld/rattler-build_*/work/conda_build.log")
+            if p.stat().st_mtime >= wall_start - 1]
+    return max(logs, key=lambda p: p.stat().st_mtime) if logs else None
+
+
+def _write_log(log_file: Path | None, output_dir: Path, exc: Exception,
+               script_log: Path | None) -> Path:
     path = log_file or output_dir / "lmsforge-build-error.log"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(str(exc))
+    text = str(exc)
+    if script_log is not None:
+        text += f"\n\n--- the build script's output ({script_log}) ---\n"
+        text += script_log.read_text(errors="replace")
+    path.write_text(text)
     return path
+
+
+def _first_error_line(script_log: Path | None) -> str | None:
+    """The first line of the script's output that names an error: the cause, not a consequence."""
+    if script_log is None:
+        return None
+    for line in script_log.read_text(errors="replace").splitlines():
+        if re.search(r"(?i)\berror\b|fatal", line) and not line.startswith("+ "):
+            return line.strip()[:300]
+    return None
 
 
 def _last_error_line(exc: Exception) -> str:

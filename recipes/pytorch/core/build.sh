@@ -16,9 +16,11 @@ if [ "${LMS_CUDA_VERSION}" != "None" ]; then
   extra+=("-DNVML_INCLUDE_DIR=${LMS_NVML_INCLUDE_DIR:?the CUDA variant needs LMS_NVML_INCLUDE_DIR}")
 fi
 
+# LMS_CUDA_SIM=OFF: the simulated CUDA runtime is a verification tool (core-sim), never packaged,
+# and its sources are not in the recipe.
 cmake -G Ninja -S "${SRC_DIR}/lmsforge-c10" -B build \
-  -DTORCH_SRC="${SRC_DIR}" -DLMS_BUILD_CUDA="${cuda}" -DCMAKE_BUILD_TYPE=Release \
-  "${extra[@]}"
+  -DTORCH_SRC="${SRC_DIR}" -DLMS_BUILD_CUDA="${cuda}" -DLMS_CUDA_SIM=OFF \
+  -DCMAKE_BUILD_TYPE=Release "${extra[@]}"
 cmake --build build -j "${CPU_COUNT:-2}"
 
 mkdir -p "${PREFIX}/lib" "${PREFIX}/bin" "${PREFIX}/share/lmsforge"
