@@ -29,7 +29,7 @@ STATE_FORMAT = 2
 # Phases: `start` (work tree, series on A, drops), `replay` (cherry-picks onto B), `finish`
 # (export, round trip, shared resolutions, report). A kill in any phase resumes with --continue.
 PHASES = ("start", "replay", "finish")
-DONE = ("picked", "resolved", "rerere")  # outcomes whose commit is on branch B
+DONE = ("picked", "resolved", "rerere", "guided")  # outcomes whose commit is on branch B
 
 
 @dataclass
@@ -37,8 +37,9 @@ class PatchState:
     id: str
     file: str  # the file name in series A
     commit_on_a: str
-    status: str = "pending"  # pending, picked, resolved, rerere, dropped, skipped
+    status: str = "pending"  # pending, picked, resolved, rerere, guided, dropped, skipped
     note: str = ""
+    guided: list[str] = field(default_factory=list)  # files the previous port's work decided
 
 
 @dataclass
@@ -75,6 +76,11 @@ class PortState:
     in_flight: str | None = None  # id of the patch being picked when the state was saved
     in_flight_outcome: str = ""  # what that pick becomes once its commit is on the branch
     finish: FinishJournal | None = None
+    # --previous: the earlier port to the same tag that guides this one (port_guide.py): its
+    # folder and series hash, where the series it was ported from is (commit and folder in the
+    # patches folder's repository, "" for the series of A in the folder now), and the commits
+    # of both on their lms-previous/ branches by patch id once materialised.
+    previous: dict[str, object] | None = None
 
     @property
     def from_commit(self) -> str:
