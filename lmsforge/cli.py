@@ -188,16 +188,28 @@ def export(ctx: click.Context, framework: str, tag: str, tree_path: Path | None)
 @main.command()
 @click.option("--tree", "tree_path", type=click.Path(file_okay=False, path_type=Path),
               help="The work tree made by `lmsforge apply` [default: the current folder].")
+@click.option("--series", "series", is_flag=True,
+              help="Instead: which patches and tests each series carries; exit 1 when one is "
+                   "in some series only without a reason in patches/<framework>/parity.yaml.")
+@click.option("--framework", "-f", metavar="NAME", help="With --series: only this framework.")
 @json_opt
 @click.pass_context
-def status(ctx: click.Context, tree_path: Path | None, as_json: bool) -> None:
+def status(ctx: click.Context, tree_path: Path | None, series: bool, framework: str | None,
+           as_json: bool) -> None:
     """Where a work tree stands: branch, commits, sync with the patch files, last verify.
 
-    Example: lmsforge status --tree ./pytorch-lms --json
+    Example: lmsforge status --tree ./pytorch-lms --json;  lmsforge status --series
     """
     from lmsforge.commands import status as command
 
-    _invoke(ctx, lambda opts: command.run(opts, tree_path, as_json))
+    if series and tree_path is not None:
+        raise click.UsageError("--series compares the patch folders; it takes no --tree")
+    if framework and not series:
+        raise click.UsageError("--framework goes with --series")
+    if series:
+        _invoke(ctx, lambda opts: command.run_series(opts, framework, as_json))
+    else:
+        _invoke(ctx, lambda opts: command.run(opts, tree_path, as_json))
 
 
 @main.command()
