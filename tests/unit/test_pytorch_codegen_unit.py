@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lmsforge.verify.pytorch_codegen import guards, torchgen, units
+from lmsforge.verify.pytorch_codegen import guards, inputs, torchgen, units
 
 EXCERPT = Path(__file__).resolve().parents[1] / "data" / "pytorch-codegen" / \
     "RegisterCUDA-excerpt.cpp"
@@ -185,3 +185,30 @@ def test_torchgen_command_follows_the_trees_options(tmp_path: Path, has_aoti: bo
     command = torchgen.command(tmp_path, tmp_path / "out")
     assert ("--aoti-install-dir" in command) == has_aoti
     assert "--per-operator-headers" in command
+
+
+@pytest.mark.parametrize("cmake, standard", [
+    ("set(CMAKE_CXX_STANDARD 14 CACHE STRING \"x\")\n", 14),  # 1.13.1
+    ("set(CMAKE_CXX_STANDARD\n    17\n    CACHE)\n", 17),  # 2.6.0
+    (None, 17)])
+def test_units_compile_with_the_trees_standard(tmp_path: Path, cmake: str | None,
+                                               standard: int) -> None:
+    """1.13.1 is C++14: a C++17 feature in the series must fail the syntax compile."""
+    if cmake is not None:
+        (tmp_path / "CMakeLists.txt").write_text(cmake)
+    cxx_flags = units.flags(tmp_path, tmp_path, tmp_path, [], tmp_path)
+    assert cxx_flags[0] == f"-std=c++{standard}"
+
+
+@pytest.mark.parametrize("descriptors, cudnn", [
+    ("#if defined(CUDNN_VERSION) && CUDNN_VERSION >= 90000\n", "9.27.0.42"),  # 2.6.0
+    ("AT_CUDNN_CHECK(cudnnSetRNNDescriptor_v6(\n#if CUDNN_VERSION >= 8000\n", "8.9.7.29"),
+    (None, "9.27.0.42")])
+def test_a_tree_before_cudnn_9_gets_cudnn_8_headers(tmp_path: Path, descriptors: str | None,
+                                                    cudnn: str) -> None:
+    if descriptors is not None:
+        (tmp_path / "aten/src/ATen/cudnn").mkdir(parents=True)
+        (tmp_path / "aten/src/ATen/cudnn/Descriptors.h").write_text(descriptors)
+    wheels = inputs.wheels_for(tmp_path)
+    assert [w.version for w in wheels if w.name.startswith("nvidia-cudnn-cu")] == [cudnn]
+    assert len(wheels) == len(inputs.WHEELS)
