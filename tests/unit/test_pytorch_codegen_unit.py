@@ -198,6 +198,8 @@ def test_units_compile_with_the_trees_standard(tmp_path: Path, cmake: str | None
         (tmp_path / "CMakeLists.txt").write_text(cmake)
     cxx_flags = units.flags(tmp_path, tmp_path, tmp_path, [], tmp_path)
     assert cxx_flags[0] == f"-std=c++{standard}"
+    # gcc only warns about C++17 language features under -std=c++14.
+    assert ("-Werror=c++17-extensions" in cxx_flags) == (standard < 17)
 
 
 @pytest.mark.parametrize("descriptors, cudnn", [

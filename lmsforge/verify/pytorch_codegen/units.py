@@ -61,7 +61,10 @@ def flags(tree: Path, generated_root: Path, c10_generated: Path,
     includes = [generated_root, tree, tree / "aten/src", c10_generated,
                 *(tree / path for path in TREE_INCLUDES), c10_inputs.cuda_home() / "include",
                 *header_dirs, python_include]
-    return [f"-std=c++{cxx_standard(tree)}", "-fsyntax-only", *DEFINES,
+    standard = cxx_standard(tree)
+    # gcc only warns about C++17 language features under -std=c++14; 1.13.1's own code has none.
+    checks = ["-Werror=c++17-extensions"] if standard < 17 else []
+    return [f"-std=c++{standard}", *checks, "-fsyntax-only", *DEFINES,
             *(f"-I{path}" for path in includes)]
 
 
