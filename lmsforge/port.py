@@ -31,7 +31,8 @@ import shlex
 import shutil
 from pathlib import Path
 
-from lmsforge import git, patchfile, port_guide, port_report, series as series_mod, worktree
+from lmsforge import (git, patchfile, port_guide, port_report, port_state, series as series_mod,
+                      worktree)
 from lmsforge.errors import CheckFailed, UsageError
 from lmsforge.port_finish import finish, undo_finish
 from lmsforge.port_recover import recover
@@ -329,6 +330,7 @@ def continue_(tree: Path, state: PortState) -> None:
             f"commit for it; redo it with `git -C {quoted} cherry-pick {patch.commit_on_a}`, "
             f"resolve, then `{command(state, tree, 'continue')}`; or leave it out with "
             f"`{command(state, tree, 'skip')}`")
+    port_state.went_on(state, patch)
     state.current = state.stop_head = None
     landed(tree, state, patch, "resolved")
 
@@ -385,6 +387,7 @@ def skip(tree: Path, state: PortState, reason: str) -> None:
         git.run(["cherry-pick", "--abort"], tree, check=False)
     if git.is_dirty(tree):
         git.run(["reset", "--quiet", "--hard", "HEAD"], tree)
+    port_state.went_on(state, patch)
     patch.status, patch.note = "skipped", reason
     state.current = state.stop_head = state.in_flight = None
     state.in_flight_outcome = ""

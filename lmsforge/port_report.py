@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lmsforge import git, patchfile, series as series_mod, worktree
+from lmsforge import git, patchfile, port_state, series as series_mod, worktree
 from lmsforge.port_state import PortState
 
 
@@ -187,6 +187,7 @@ def write_report(path: Path, state: PortState, tree: Path, files_on_b: dict[str,
     for p in state.patches:
         lines.append(f"| {p.id} | {files_on_b.get(p.id, '— (not in this series)')} | "
                      f"{p.status} | {cell(p.file)} | {cell(p.note)} |")
+    lines += ["", "## Time", "", *time_lines(state)]
     lines += ["", "## Risk table (what upstream changed in each patch's files)", "",
               f"| patch | file in the series of {cell(state.from_tag)} | upstream files | "
               "lines changed A→B | upstream commits | risk | renamed upstream |",
@@ -205,3 +206,21 @@ def write_report(path: Path, state: PortState, tree: Path, files_on_b: dict[str,
                   "left it against this port, by `Lms-Patch-Id`)", "", "```",
                   range_diff_with_previous(tree, state).rstrip(), "```", ""]
     path.write_text("\n".join(lines))
+
+
+def time_lines(state: PortState) -> list[str]:
+    """Wall time of the port's own commands and of the hand work between a stop and the
+    command that went on, per patch (what the next port of the series may save)."""
+    tool = state.tool_seconds + port_state.command_seconds()
+    by_hand = [p for p in state.patches if p.hand_seconds]
+    lines = [f"- the port's own commands: {_duration(tool)}",
+             f"- by hand, from each stop to the command that went on: "
+             f"{_duration(sum(p.hand_seconds for p in by_hand))}"
+             + (" (no stop)" if not by_hand else "")]
+    lines += [f"  - {p.id}: {_duration(p.hand_seconds)} ({p.status})" for p in by_hand]
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"

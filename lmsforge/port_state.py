@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ class PatchState:
     status: str = "pending"  # pending, picked, resolved, rerere, guided, dropped, skipped
     note: str = ""
     guided: list[str] = field(default_factory=list)  # files the previous port's work decided
+    hand_seconds: float = 0.0  # from the stop at this patch to the command that went on
 
 
 @dataclass
@@ -81,6 +83,9 @@ class PortState:
     # patches folder's repository, "" for the series of A in the folder now), and the commits
     # of both on their lms-previous/ branches by patch id once materialised.
     previous: dict[str, object] | None = None
+    # Wall time: of the port's own commands up to the last stop, and when it last stopped.
+    tool_seconds: float = 0.0
+    stopped_at: float = 0.0
 
     @property
     def from_commit(self) -> str:
@@ -127,6 +132,32 @@ class PortState:
             raise UsageError(f"the port state {path} is unreadable ({exc}): it was written by "
                              "another lmsforge version or damaged; finish the port with that "
                              "version, or remove the work tree and start again") from None
+
+
+_command_started: float | None = None
+
+
+def command_started() -> None:
+    """Called when a port command starts: its wall time counts as the tool's."""
+    global _command_started
+    _command_started = time.time()
+
+
+def command_seconds() -> float:
+    return time.time() - _command_started if _command_started is not None else 0.0
+
+
+def stopped(state: PortState) -> None:
+    """The port waits for the user from now on: the command's time was the tool's."""
+    state.tool_seconds += command_seconds()
+    state.stopped_at = time.time()
+
+
+def went_on(state: PortState, patch: PatchState) -> None:
+    """The user went on past PATCH: the time since the stop was spent by hand on it."""
+    if state.stopped_at:
+        patch.hand_seconds += max(0.0, time.time() - state.stopped_at)
+        state.stopped_at = 0.0
 
 
 def identity(data: dict[str, object]) -> TreeIdentity:

@@ -12,7 +12,7 @@ import re
 import shlex
 from pathlib import Path
 
-from lmsforge import git, port_guide, series as series_mod, worktree
+from lmsforge import git, port_guide, port_state, series as series_mod, worktree
 from lmsforge.errors import EXIT_STOPPED, LmsforgeError, UsageError
 from lmsforge.port_state import (DONE, LOCK_FILE, PatchState, PortState, clear_scratch, command,
                                  git_dir, scratch)
@@ -45,6 +45,7 @@ def stop(tree: Path, state: PortState, patch: PatchState) -> None:
     state.current = patch.id
     state.stop_head = git.out(["rev-parse", "HEAD"], tree)
     state.in_flight, state.in_flight_outcome = None, ""
+    port_state.stopped(state)
     state.save(tree)
     raise PortStopped(conflict_message(tree, state, patch))
 

@@ -17,6 +17,7 @@ OUTCOMES = ("picked", "guided", "rerere", "resolved", "dropped", "skipped", "pen
 def run(opts: Options, framework: str | None, from_tag: str | None, to_tag: str | None,
         into: Path | None, action: str, reason: str | None, fetch_kwargs: dict[str, object],
         previous: Path | None = None) -> int:
+    port_state.command_started()
     try:
         if action == "start":
             return _start(opts, framework, from_tag, to_tag, into, fetch_kwargs, previous)
