@@ -219,16 +219,28 @@ def export(ctx: click.Context, framework: str, tag: str, tree_path: Path | None)
 @main.command()
 @click.option("--tree", "tree_path", type=click.Path(file_okay=False, path_type=Path),
               help="The work tree made by `lmsforge apply` [default: the current folder].")
+@click.option("--series", "series", is_flag=True,
+              help="Instead: which patches and tests each series carries; exit 1 when one is "
+                   "in some series only without a reason in patches/<framework>/parity.yaml.")
+@click.option("--framework", "-f", metavar="NAME", help="With --series: only this framework.")
 @json_opt
 @click.pass_context
-def status(ctx: click.Context, tree_path: Path | None, as_json: bool) -> None:
+def status(ctx: click.Context, tree_path: Path | None, series: bool, framework: str | None,
+           as_json: bool) -> None:
     """Where a work tree stands: branch, commits, sync with the patch files, last verify.
 
-    Example: lmsforge status --tree ./pytorch-lms --json
+    Example: lmsforge status --tree ./pytorch-lms --json;  lmsforge status --series
     """
     from lmsforge.commands import status as command
 
-    _invoke(ctx, lambda opts: command.run(opts, tree_path, as_json))
+    if series and tree_path is not None:
+        raise click.UsageError("--series compares the patch folders; it takes no --tree")
+    if framework and not series:
+        raise click.UsageError("--framework goes with --series")
+    if series:
+        _invoke(ctx, lambda opts: command.run_series(opts, framework, as_json))
+    else:
+        _invoke(ctx, lambda opts: command.run(opts, tree_path, as_json))
 
 
 @main.command()
@@ -244,11 +256,15 @@ def status(ctx: click.Context, tree_path: Path | None, as_json: bool) -> None:
 @click.option("--reason", metavar="TEXT", help="Why --skip (recorded in series.yaml).")
 @click.option("--abort", is_flag=True, help="Stop the port and remove its work tree.")
 @click.option("--status", "show_status", is_flag=True, help="Show where the port stands.")
+@click.option("--previous", type=click.Path(file_okay=False, path_type=Path),
+              help="An earlier series of --to made by a port from --from (moved aside): the "
+                   "port carries its resolutions, folds and fixups.")
 @source_options
 @click.pass_context
 def port(ctx: click.Context, framework: str | None, from_tag: str | None, to_tag: str | None,
          into: Path | None, continue_: bool, skip: bool, reason: str | None, abort: bool,
-         show_status: bool, source: str, archive: Path | None, mirror: str | None) -> None:
+         show_status: bool, previous: Path | None, source: str, archive: Path | None,
+         mirror: str | None) -> None:
     """Carry the series of --from to the tag --to; stops (exit 3) on conflicts to resolve.
 
     Example: lmsforge port --framework pytorch --from v2.6.0 --to v1.13.1 --into ./port
@@ -265,7 +281,7 @@ def port(ctx: click.Context, framework: str | None, from_tag: str | None, to_tag
         raise click.UsageError("--archive is ambiguous for a port (two tags): put each archive "
                                "in the cache with `lmsforge fetch --archive FILE` first")
     _invoke(ctx, lambda opts: command.run(opts, framework, from_tag, to_tag, into, action, reason,
-                                          fetch_kwargs))
+                                          fetch_kwargs, previous))
 
 
 platform_choice = click.Choice(["linux-64", "linux-ppc64le"])

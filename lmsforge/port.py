@@ -31,7 +31,8 @@ import shlex
 import shutil
 from pathlib import Path
 
-from lmsforge import git, patchfile, port_report, series as series_mod, worktree
+from lmsforge import (git, patchfile, port_guide, port_report, port_state, series as series_mod,
+                      worktree)
 from lmsforge.errors import CheckFailed, UsageError
 from lmsforge.port_finish import finish, undo_finish
 from lmsforge.port_recover import recover
@@ -86,7 +87,8 @@ def _empty_or_fresh(path: Path) -> bool:
 
 
 def begin(into: Path, series: series_mod.Series, identity_a: TreeIdentity,
-          identity_b: TreeIdentity, patches_dir: Path) -> PortState:
+          identity_b: TreeIdentity, patches_dir: Path,
+          previous: port_guide.Previous | None = None) -> PortState:
     """Make INTO an empty git repository and the state of a port about to start there.
 
     The caller saves the state under the port lock; from then on a kill at any point is
@@ -106,7 +108,11 @@ def begin(into: Path, series: series_mod.Series, identity_a: TreeIdentity,
         framework=series.framework, from_tag=series.tag, to_tag=identity_b.tag,
         patches_dir=str(patches_dir.resolve()), identity_a=identity_a.to_json(),
         identity_b=identity_b.to_json(), from_series_hash=series.content_hash(),
-        from_series_base=series.base, created_folder=created)
+        from_series_base=series.base, created_folder=created,
+        previous=None if previous is None else {
+            "folder": str(previous.folder.resolve()), "series_hash": previous.series_hash,
+            "from_series_hash": previous.from_series_hash, "from_commit": previous.from_commit,
+            "from_folder": previous.from_folder})
 
 
 def run_start(tree: Path, state: PortState) -> None:
@@ -139,6 +145,8 @@ def _start(tree: Path, state: PortState) -> None:
                                                        series, state.shared_history)
     state.seeded_resolutions = _configure_rerere(tree, state.shared_rr_cache)
     _drop_upstream_patches(tree, state, series)
+    if state.previous is not None:
+        port_guide.materialise(tree, state, Path(state.patches_dir))
     git.run(["checkout", "--quiet", "-b", worktree.branch_name(state.framework, state.to_tag),
              state.to_commit], tree)
     state.phase = "replay"
@@ -222,6 +230,10 @@ def _replay(tree: Path, state: PortState) -> None:
 
 
 def _pick(tree: Path, state: PortState, patch: PatchState) -> None:
+    previous = port_guide.commits_for(state, patch.id)
+    if previous is not None:
+        _guided_pick(tree, state, patch, previous)
+        return
     # Saved before git runs: if the process dies, the next resume knows which pick this was
     # and what its outcome was going to be.
     state.in_flight, state.in_flight_outcome = patch.id, "picked"
@@ -238,11 +250,49 @@ def _pick(tree: Path, state: PortState, patch: PatchState) -> None:
         landed(tree, state, patch, "rerere")
         return
     if not conflicted_files(tree):
-        lines = proc.stderr.decode(errors="replace").strip().splitlines()
-        first = next((ln for ln in lines if ln.startswith(("error", "fatal"))), "no output")
-        raise CheckFailed(f"cherry-pick of {patch.file} failed ({first}); see `git -C "
-                          f"{shlex.quote(str(tree))} status`")
+        _pick_failed(tree, patch, proc.stderr)
     stop(tree, state, patch)
+
+
+def _pick_failed(tree: Path, patch: PatchState, stderr: bytes) -> None:
+    lines = stderr.decode(errors="replace").strip().splitlines()
+    first = next((ln for ln in lines if ln.startswith(("error", "fatal"))), "no output")
+    raise CheckFailed(f"cherry-pick of {patch.file} failed ({first}); see `git -C "
+                      f"{shlex.quote(str(tree))} status`")
+
+
+def _guided_pick(tree: Path, state: PortState, patch: PatchState,
+                 previous: tuple[str, str]) -> None:
+    """Pick PATCH without committing, let the previous port decide what it can, then commit
+    or stop. CHERRY_PICK_HEAD is written last: until then a killed pick is redone from
+    scratch, after it the pick is what a stopped `git cherry-pick` would be."""
+    state.in_flight, state.in_flight_outcome = patch.id, "picked"
+    state.save(tree)
+    head = git.out(["rev-parse", "HEAD"], tree)
+    proc = git.run(["cherry-pick", "--no-commit", "--allow-empty", patch.commit_on_a], tree,
+                   env=PORT_ENV, check=False)
+    # A conflict that rerere resolved (and staged) leaves no conflicted file, only git's words.
+    plain_conflicts = proc.returncode != 0 and (
+        bool(conflicted_files(tree)) or b"CONFLICT (" in proc.stdout + proc.stderr)
+    if proc.returncode != 0 and not plain_conflicts:
+        _pick_failed(tree, patch, proc.stderr)
+    decisions = port_guide.plan(tree, state, patch.commit_on_a, previous, head)
+    changed = port_guide.apply(tree, decisions)
+    new_conflicts = [d.path for d in decisions if d.conflicts and d.path in changed]
+    if new_conflicts:
+        port_guide.forget_rerere_entries(tree, new_conflicts)
+        git.run(["rerere"], tree, check=False)  # replays a recorded resolution, or records
+    clear_scratch(tree)
+    left = conflicted_files(tree)
+    patch.guided = sorted(changed)
+    state.in_flight_outcome = ("resolved" if left else "guided" if changed else
+                               "rerere" if plain_conflicts else "picked")
+    state.save(tree)
+    git.run(["update-ref", "--no-deref", "CHERRY_PICK_HEAD", patch.commit_on_a], tree)
+    if left:
+        stop(tree, state, patch)
+    git.run(["cherry-pick", "--continue"], tree, env=CONTINUE_ENV)
+    landed(tree, state, patch, state.in_flight_outcome)
 
 
 # --- user actions --------------------------------------------------------------------------------
@@ -280,6 +330,7 @@ def continue_(tree: Path, state: PortState) -> None:
             f"commit for it; redo it with `git -C {quoted} cherry-pick {patch.commit_on_a}`, "
             f"resolve, then `{command(state, tree, 'continue')}`; or leave it out with "
             f"`{command(state, tree, 'skip')}`")
+    port_state.went_on(state, patch)
     state.current = state.stop_head = None
     landed(tree, state, patch, "resolved")
 
@@ -336,6 +387,7 @@ def skip(tree: Path, state: PortState, reason: str) -> None:
         git.run(["cherry-pick", "--abort"], tree, check=False)
     if git.is_dirty(tree):
         git.run(["reset", "--quiet", "--hard", "HEAD"], tree)
+    port_state.went_on(state, patch)
     patch.status, patch.note = "skipped", reason
     state.current = state.stop_head = state.in_flight = None
     state.in_flight_outcome = ""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from lmsforge import git
+from lmsforge import git, port_guide
 from lmsforge.errors import UsageError
 from lmsforge.port_state import PatchState, PortState, clear_scratch, command, git_dir, scratch
 from lmsforge.port_steps import (CONTINUE_ENV, PORT_ENV, check_branch, clear_stale_git_locks,
@@ -66,6 +66,14 @@ def _drop_half_written_pick(tree: Path, patch: PatchState) -> None:
 
 def _finish_interrupted_pick(tree: Path, state: PortState, patch: PatchState) -> None:
     """A kill came after the cherry-pick stopped and before the port took note of it."""
+    if port_guide.commits_for(state, patch.id) is not None:
+        # A guided pick writes CHERRY_PICK_HEAD last, after saving its outcome: only a
+        # resolution by hand since then can still be missing.
+        if conflicted_files(tree):
+            stop(tree, state, patch)
+        git.run(["cherry-pick", "--continue"], tree, env=CONTINUE_ENV)
+        landed(tree, state, patch, state.in_flight_outcome)
+        return
     conflicted = conflicted_files(tree)
     if conflicted:
         _mend_cut_rerere_writes(tree, patch, conflicted)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lmsforge import git, patchfile, series as series_mod, worktree
+from lmsforge import git, patchfile, port_state, series as series_mod, worktree
 from lmsforge.port_state import PortState
 
 
@@ -107,28 +107,49 @@ def range_diff(tree: Path, state: PortState) -> str:
     """
     branch_b = worktree.branch_name(state.framework, state.to_tag)
     on_b = commits_by_patch_id(tree, state.to_commit, branch_b)
-    texts = _patch_texts(tree, [p.commit_on_a for p in state.patches if p.id in on_b] +
-                         list(on_b.values()))
+    return _paired(tree, [(p.commit_on_a, on_b.get(p.id),
+                           f"{p.status}: {_one_line(p.note)}") for p in state.patches])
+
+
+def range_diff_with_previous(tree: Path, state: PortState) -> str:
+    """Each patch of the previous port (--previous) against the same patch of this one."""
+    assert state.previous is not None
+    previous = dict(state.previous.get("commits_to") or {})
+    branch_b = worktree.branch_name(state.framework, state.to_tag)
+    on_b = commits_by_patch_id(tree, state.to_commit, branch_b)
+    ids = [p.id for p in state.patches] + [i for i in previous if i not in on_b]
+    return _paired(tree, [(previous.get(i), on_b.get(i),
+                           "not in the previous port" if i not in previous else
+                           "not in this port") for i in ids if i in previous or i in on_b])
+
+
+def _paired(tree: Path, pairs: list[tuple[str | None, str | None, str]]) -> str:
+    """Range-diff lines for (left commit, right commit, why one is missing) in order."""
+    texts = _patch_texts(tree, [c for pair in pairs for c in pair[:2] if c])
     parts = []
-    position_b = 0
-    for position, patch in enumerate(state.patches, 1):
-        commit_b = on_b.get(patch.id)
-        if commit_b is None:
-            subject = git.out(["log", "-1", "--format=%s", patch.commit_on_a], tree)
-            parts.append(f"{position}:  {patch.commit_on_a[:8]} < -:  -------- {subject} "
-                         f"({patch.status}: {_one_line(patch.note)})\n")
+    left_position = right_position = 0
+    for left, right, missing in pairs:
+        left_position += left is not None
+        right_position += right is not None
+        if left is None or right is None:
+            commit = left or right
+            assert commit is not None
+            subject = git.out(["log", "-1", "--format=%s", commit], tree)
+            side = (f"{left_position}:  {commit[:8]} < -:  --------" if right is None else
+                    f"-:  -------- > {right_position}:  {commit[:8]}")
+            parts.append(f"{side} {subject} ({missing})\n")
             continue
-        position_b += 1
-        (short_a, text_a), (short_b, text_b) = texts[patch.commit_on_a], texts[commit_b]
+        (short_a, text_a), (short_b, text_b) = texts[left], texts[right]
         if text_a == text_b:
             subject = text_a.split(b"\n", 1)[0].decode(errors="replace")
-            parts.append(f"{position}:  {short_a} = {position_b}:  {short_b} {subject}\n")
+            parts.append(f"{left_position}:  {short_a} = {right_position}:  {short_b} "
+                         f"{subject}\n")
             continue
         proc = git.run(["range-diff", "--no-color", "--creation-factor=999",
-                        f"{patch.commit_on_a}^..{patch.commit_on_a}",
-                        f"{commit_b}^..{commit_b}"], tree, check=False)
+                        f"{left}^..{left}", f"{right}^..{right}"], tree, check=False)
         text = proc.stdout.decode(errors="replace")
-        parts.append(_RANGE_DIFF_HEAD.sub(f"{position}:\\g<1>{position_b}:", text, count=1))
+        parts.append(_RANGE_DIFF_HEAD.sub(f"{left_position}:\\g<1>{right_position}:", text,
+                                          count=1))
     return "".join(parts)
 
 
@@ -152,13 +173,21 @@ def write_report(path: Path, state: PortState, tree: Path, files_on_b: dict[str,
              f"- upstream history between the trees: "
              f"{'yes' if state.shared_history else 'no (archives)'}",
              f"- resolutions recorded by this port (saved to the shared rerere cache): "
-             f"{resolutions_recorded}", "",
-             "## Patches", "",
-             "| patch | file in this series | outcome | file in the series of "
-             f"{cell(state.from_tag)} | note |", "|---|---|---|---|---|"]
+             f"{resolutions_recorded}"]
+    if state.previous:
+        lines.append(f"- guided by the previous port of this series: "
+                     f"{cell(state.previous['folder'])} (series hash "
+                     f"{str(state.previous['series_hash'])[:16]}, ported from the series of "
+                     f"{state.from_tag} with hash "
+                     f"{str(state.previous['from_series_hash'])[:16]}); `guided` patches took "
+                     "what it decided, by the rules of `lmsforge/port_guide.py`")
+    lines += ["", "## Patches", "",
+              "| patch | file in this series | outcome | file in the series of "
+              f"{cell(state.from_tag)} | note |", "|---|---|---|---|---|"]
     for p in state.patches:
         lines.append(f"| {p.id} | {files_on_b.get(p.id, '— (not in this series)')} | "
                      f"{p.status} | {cell(p.file)} | {cell(p.note)} |")
+    lines += ["", "## Time", "", *time_lines(state)]
     lines += ["", "## Risk table (what upstream changed in each patch's files)", "",
               f"| patch | file in the series of {cell(state.from_tag)} | upstream files | "
               "lines changed A→B | upstream commits | risk | renamed upstream |",
@@ -172,4 +201,26 @@ def write_report(path: Path, state: PortState, tree: Path, files_on_b: dict[str,
     lines += ["", "## Range diff (each patch on A against its port on B, paired by "
               "`Lms-Patch-Id`)", "", "```",
               range_diff(tree, state).rstrip(), "```", ""]
+    if state.previous:
+        lines += ["## Range diff against the previous port (each patch as the previous port "
+                  "left it against this port, by `Lms-Patch-Id`)", "", "```",
+                  range_diff_with_previous(tree, state).rstrip(), "```", ""]
     path.write_text("\n".join(lines))
+
+
+def time_lines(state: PortState) -> list[str]:
+    """Wall time of the port's own commands and of the hand work between a stop and the
+    command that went on, per patch (what the next port of the series may save)."""
+    tool = state.tool_seconds + port_state.command_seconds()
+    by_hand = [p for p in state.patches if p.hand_seconds]
+    lines = [f"- the port's own commands: {_duration(tool)}",
+             f"- by hand, from each stop to the command that went on: "
+             f"{_duration(sum(p.hand_seconds for p in by_hand))}"
+             + (" (no stop)" if not by_hand else "")]
+    lines += [f"  - {p.id}: {_duration(p.hand_seconds)} ({p.status})" for p in by_hand]
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"

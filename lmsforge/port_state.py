@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ STATE_FORMAT = 2
 # Phases: `start` (work tree, series on A, drops), `replay` (cherry-picks onto B), `finish`
 # (export, round trip, shared resolutions, report). A kill in any phase resumes with --continue.
 PHASES = ("start", "replay", "finish")
-DONE = ("picked", "resolved", "rerere")  # outcomes whose commit is on branch B
+DONE = ("picked", "resolved", "rerere", "guided")  # outcomes whose commit is on branch B
 
 
 @dataclass
@@ -37,8 +38,10 @@ class PatchState:
     id: str
     file: str  # the file name in series A
     commit_on_a: str
-    status: str = "pending"  # pending, picked, resolved, rerere, dropped, skipped
+    status: str = "pending"  # pending, picked, resolved, rerere, guided, dropped, skipped
     note: str = ""
+    guided: list[str] = field(default_factory=list)  # files the previous port's work decided
+    hand_seconds: float = 0.0  # from the stop at this patch to the command that went on
 
 
 @dataclass
@@ -75,6 +78,14 @@ class PortState:
     in_flight: str | None = None  # id of the patch being picked when the state was saved
     in_flight_outcome: str = ""  # what that pick becomes once its commit is on the branch
     finish: FinishJournal | None = None
+    # --previous: the earlier port to the same tag that guides this one (port_guide.py): its
+    # folder and series hash, where the series it was ported from is (commit and folder in the
+    # patches folder's repository, "" for the series of A in the folder now), and the commits
+    # of both on their lms-previous/ branches by patch id once materialised.
+    previous: dict[str, object] | None = None
+    # Wall time: of the port's own commands up to the last stop, and when it last stopped.
+    tool_seconds: float = 0.0
+    stopped_at: float = 0.0
 
     @property
     def from_commit(self) -> str:
@@ -121,6 +132,32 @@ class PortState:
             raise UsageError(f"the port state {path} is unreadable ({exc}): it was written by "
                              "another lmsforge version or damaged; finish the port with that "
                              "version, or remove the work tree and start again") from None
+
+
+_command_started: float | None = None
+
+
+def command_started() -> None:
+    """Called when a port command starts: its wall time counts as the tool's."""
+    global _command_started
+    _command_started = time.time()
+
+
+def command_seconds() -> float:
+    return time.time() - _command_started if _command_started is not None else 0.0
+
+
+def stopped(state: PortState) -> None:
+    """The port waits for the user from now on: the command's time was the tool's."""
+    state.tool_seconds += command_seconds()
+    state.stopped_at = time.time()
+
+
+def went_on(state: PortState, patch: PatchState) -> None:
+    """The user went on past PATCH: the time since the stop was spent by hand on it."""
+    if state.stopped_at:
+        patch.hand_seconds += max(0.0, time.time() - state.stopped_at)
+        state.stopped_at = 0.0
 
 
 def identity(data: dict[str, object]) -> TreeIdentity:

@@ -12,7 +12,7 @@ import re
 import shlex
 from pathlib import Path
 
-from lmsforge import git, series as series_mod, worktree
+from lmsforge import git, port_guide, port_state, series as series_mod, worktree
 from lmsforge.errors import EXIT_STOPPED, LmsforgeError, UsageError
 from lmsforge.port_state import (DONE, LOCK_FILE, PatchState, PortState, clear_scratch, command,
                                  git_dir, scratch)
@@ -21,6 +21,7 @@ PORT_ENV = dict(worktree.AM_ENV)
 CONTINUE_ENV = {**PORT_ENV, "GIT_EDITOR": "true"}
 RESOLVED_NOTE = "conflict resolved by hand (recorded for rerere)"
 RERERE_NOTE = "conflict resolved by a recorded resolution (rerere)"
+GUIDED_NOTE = "carried from the previous port"
 MARKER = re.compile(rb"^(<{7}|>{7})( |$)", re.M)
 
 
@@ -29,11 +30,13 @@ class PortStopped(LmsforgeError):
 
 
 def landed(tree: Path, state: PortState, patch: PatchState, outcome: str) -> None:
-    notes = {"picked": "", "rerere": RERERE_NOTE, "resolved": RESOLVED_NOTE}
+    notes = {"picked": "", "rerere": RERERE_NOTE, "resolved": RESOLVED_NOTE,
+             "guided": GUIDED_NOTE}
     renamed = state.renamed.get(patch.id)
     where = f"applied to what upstream renamed: {'; '.join(renamed)}" if renamed else ""
+    guided = (f"the previous port decided {', '.join(patch.guided)}" if patch.guided else "")
     patch.status = outcome
-    patch.note = "; ".join(n for n in (notes[outcome], where) if n)
+    patch.note = "; ".join(n for n in (notes[outcome], guided, where) if n)
     state.in_flight, state.in_flight_outcome = None, ""
     state.save(tree)
 
@@ -42,6 +45,7 @@ def stop(tree: Path, state: PortState, patch: PatchState) -> None:
     state.current = patch.id
     state.stop_head = git.out(["rev-parse", "HEAD"], tree)
     state.in_flight, state.in_flight_outcome = None, ""
+    port_state.stopped(state)
     state.save(tree)
     raise PortStopped(conflict_message(tree, state, patch))
 
@@ -159,12 +163,24 @@ def conflict_hunks(tree: Path, path: str) -> list[tuple[int, int]]:
 def conflict_message(tree: Path, state: PortState, patch: PatchState) -> str:
     files = []
     for path in conflicted_files(tree):
+        stages = {line.split()[2] for line in
+                  git.out(["ls-files", "--unmerged", "--", path], tree).splitlines()}
         hunks = conflict_hunks(tree, path) if (tree / path).is_file() else []
-        where = ", ".join(f"lines {a}-{b}" for a, b in hunks) or (
-            "no conflict markers left: `git add` it once it is resolved"
-            if (tree / path).is_file() else "whole file")
+        if "2" not in stages:
+            where = (f"deleted in {state.to_tag}, changed by the patch: fold the change into "
+                     f"the file where {state.to_tag} keeps that code, then `git rm` it")
+        elif "3" not in stages:
+            where = "deleted by the patch, changed upstream: `git rm` it or keep it"
+        else:
+            where = ", ".join(f"lines {a}-{b}" for a, b in hunks) or (
+                "no conflict markers left: `git add` it once it is resolved"
+                if (tree / path).is_file() else "whole file")
         files.append(f"{path} ({where})")
     culprit = find_culprit(tree, state, patch)
+    previous = port_guide.commits_for(state, patch.id)
+    if previous is not None:
+        culprit += (f"; the previous port of this patch is `git -C {shlex.quote(str(tree))} "
+                    f"show {previous[1][:12]}`")
     return (f"port stopped at {patch.file}: conflicts in {'; '.join(files)}; {culprit}; "
             f"resolve in {tree}, then `{command(state, tree, 'continue')}` (or leave the patch "
             f"out with `{command(state, tree, 'skip')}`)")

@@ -4,20 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmsforge import frameworks, port, port_finish, port_state, series as series_mod, ui, upstream
+from lmsforge import (frameworks, port, port_finish, port_guide, port_state, series as series_mod,
+                      ui, upstream)
 from lmsforge.errors import UsageError
 from lmsforge.options import Options
 from lmsforge.port_state import PortState, command
 from lmsforge.port_steps import PortStopped
 
-OUTCOMES = ("picked", "rerere", "resolved", "dropped", "skipped", "pending")
+OUTCOMES = ("picked", "guided", "rerere", "resolved", "dropped", "skipped", "pending")
 
 
 def run(opts: Options, framework: str | None, from_tag: str | None, to_tag: str | None,
-        into: Path | None, action: str, reason: str | None, fetch_kwargs: dict[str, object]) -> int:
+        into: Path | None, action: str, reason: str | None, fetch_kwargs: dict[str, object],
+        previous: Path | None = None) -> int:
+    port_state.command_started()
     try:
         if action == "start":
-            return _start(opts, framework, from_tag, to_tag, into, fetch_kwargs)
+            return _start(opts, framework, from_tag, to_tag, into, fetch_kwargs, previous)
+        if previous is not None:
+            raise UsageError(f"--previous goes with the start of a port, not with --{action}")
         return _act(opts, port_state.locate(into, action), action, reason)
     except PortStopped as stop:
         # Not an error: the port waits for the user (exit 3).
@@ -54,7 +59,7 @@ def _act(opts: Options, tree: Path, action: str, reason: str | None) -> int:
 
 
 def _start(opts: Options, framework: str | None, from_tag: str | None, to_tag: str | None,
-           into: Path | None, fetch_kwargs: dict[str, object]) -> int:
+           into: Path | None, fetch_kwargs: dict[str, object], previous_dir: Path | None) -> int:
     if not (framework and from_tag and to_tag):
         raise UsageError("a new port needs --framework, --from and --to")
     tree = (into or Path.cwd() / f"lms-port-{framework}-{to_tag}").absolute()
@@ -64,14 +69,18 @@ def _start(opts: Options, framework: str | None, from_tag: str | None, to_tag: s
     target = series_mod.find(opts.patches_dir, framework, to_tag)
     if (target / series_mod.MANIFEST).is_file():
         raise UsageError(f"a series for {framework} {to_tag} exists already at {target}; to port "
-                         "again move it away first, or change it in a work tree made with "
+                         "again move it away first and pass it with --previous DIR (the port "
+                         "then carries what it did), or change it in a work tree made with "
                          f"`lmsforge apply --framework {framework} --tag {to_tag} --into DIR`")
     port.check_new_target(tree)
     series = series_mod.load(folder)
     with ui.step(f"fetching {framework} {from_tag} and {to_tag}"):
         identity_a = upstream.fetch(sources, from_tag, opts.cache, **fetch_kwargs)  # type: ignore
         identity_b = upstream.fetch(sources, to_tag, opts.cache, **fetch_kwargs)  # type: ignore
-    state = port.begin(tree, series, identity_a, identity_b, opts.patches_dir)
+    previous = None if previous_dir is None else port_guide.check_previous(
+        previous_dir.absolute(), opts.patches_dir, framework, from_tag, to_tag,
+        identity_b.commit, series)
+    state = port.begin(tree, series, identity_a, identity_b, opts.patches_dir, previous)
     with port_state.locked(tree):
         state.save(tree)
         with ui.step(f"materialising {len(series.patches)} patches on {from_tag}"):
@@ -109,6 +118,8 @@ def _print_status(tree: Path, state: PortState) -> None:
     """A summary, the patches that need a look, and the next command."""
     ui.out.print(f"port {state.framework} {state.from_tag} → {state.to_tag} in {tree}; series "
                  f"goes to {state.series_folder}")
+    if state.previous:
+        ui.out.print(f"guided by the previous port in {state.previous['folder']}")
     counts = _counts(state)
     ui.out.print(f"{len(state.patches)} patches: "
                  + (", ".join(f"{n} {k}" for k, n in counts.items() if n) or "none read yet"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from lmsforge import export, git, port_state, series as series_mod, ui, worktree
-from lmsforge.errors import UsageError
+from lmsforge import export, git, parity, port_state, series as series_mod, ui, worktree
+from lmsforge.errors import CheckFailed, UsageError
 from lmsforge.options import Options
 from lmsforge.verify import runner
 
@@ -87,3 +87,41 @@ def run(opts: Options, tree_path: Path | None, as_json: bool) -> int:
     ui.out.print("  verify    " + (", ".join(f"{k}: {v}" for k, v in last.items())  # type: ignore
                                    if last else never))
     return 0
+
+
+def run_series(opts: Options, framework: str | None, as_json: bool) -> int:
+    """`status --series`: which patches and tests each series of a framework carries."""
+    names = [framework] if framework else parity.frameworks(opts.patches_dir)
+    if framework and not series_mod.available_tags(opts.patches_dir, framework):
+        raise UsageError(f"no series of `{framework}` in {opts.patches_dir}; run `lmsforge list`")
+    results = [parity.check(opts.patches_dir, name) for name in names]
+    if as_json:
+        ui.print_json([{"framework": r.framework, "tags": r.tags, "ok": r.ok, "stale": r.stale,
+                        "items": [{"kind": i.kind, "name": i.name, "carried_by": i.carried_by,
+                                   "missing_from": i.missing_from, "status": i.status,
+                                   "reason": i.reason} for i in r.items]} for r in results])
+    else:
+        for result in results:
+            _print_parity(result)
+    unexplained = [f"{r.framework}: {i.kind} {i.name} only in {', '.join(i.carried_by)}"
+                   for r in results for i in r.items if i.status == "unexplained"]
+    stale = [f"{r.framework}: stale reason ({s})" for r in results for s in r.stale]
+    problems = unexplained + stale
+    if problems:
+        raise CheckFailed(f"{len(problems)} series difference(s) without a reason, first: "
+                          f"{problems[0]}; port it, or record why in "
+                          f"patches/<framework>/{parity.REASONS_FILE} (see lmsforge/parity.py)")
+    return 0
+
+
+def _print_parity(result: parity.Parity) -> None:
+    counts = result.counts()
+    ui.out.print(f"{result.framework} ({', '.join(result.tags)}): "
+                 f"{counts['all']} patches and tests in every series, "
+                 f"{counts['explained']} in some with a reason, "
+                 f"{counts['unexplained']} in some without one")
+    rows = [[i.kind, i.name, ", ".join(i.carried_by), i.reason or "NO REASON RECORDED"]
+            for i in result.items if i.missing_from]
+    rows += [["reason", s, "", "STALE: no longer matches the series"] for s in result.stale]
+    if rows:
+        ui.table(None, ["kind", "name", "only in", "reason"], rows)

@@ -8,11 +8,6 @@ by wrong data (failed assertions), not by a crash.
 The CLI runs share the verify build folder of the real cache with test_bundled_series.py, and
 the mutations share its git worktree and build folder, so c10 and c10_cuda are compiled once;
 core-sim adds the simulator and relinks.
-
-While a series still fails with a bug found on the GPU and owned by the series' track (issue 12
-part 1), the tests xfail naming that bug, recognised by its exact message in every seed's log,
-and nothing else: K1 of ../shared/evidence/review-pytorch-v2.6.0-series.md, and v1.13.1's CUDA
-test, which never initialises the caching allocator.
 """
 
 from __future__ import annotations
@@ -33,12 +28,6 @@ REPO = Path(__file__).resolve().parents[2]
 MUTATIONS = REPO / "tests" / "data" / "mutations" / "pytorch-v2.6.0-sim"
 SERIES_SEEDS = 20
 MUTATION_SEEDS = 2
-KNOWN_SERIES_BUGS = {
-    "v2.6.0": ("Should never been called",
-               "K1: c10's primary-context hook is not registered (issue 12 part 1)"),
-    "v1.13.1": ("Allocator not initialized for device 0",
-                "the v1.13.1 CUDA test never calls CUDACachingAllocator::init (issue 12 part 1)"),
-}
 # The tests that see the data a mutation corrupts (both mutations make more tests fail).
 EXPECTED_FAILURES = {
     "drop-record-stream-wait.patch": {"LargeModelSupportCudaTest.PageOutWaitsForRecordStreamUses",
@@ -63,14 +52,7 @@ def _verify(real_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory,
         assert report.is_file(), result.output
         (entry,) = json.loads(report.read_text())["series"]
         _verified[tag] = (result.exit_code, {r["level"]: r for r in entry["results"]})
-    exit_code, levels = _verified[tag]
-    sim = levels["core-sim"]
-    message, bug = KNOWN_SERIES_BUGS[tag]
-    seeds = sim["facts"].get("seeds", [])
-    if sim["status"] == FAIL and seeds and all(
-            message in Path(run["log"]).read_text(errors="replace") for run in seeds):
-        pytest.xfail(f"pytorch {tag} fails core-sim with '{message}': {bug}")
-    return exit_code, levels
+    return _verified[tag]
 
 
 @pytest.mark.parametrize("tag", ["v2.6.0", "v1.13.1"])

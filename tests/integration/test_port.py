@@ -227,3 +227,28 @@ def test_a_recorded_resolution_replays_across_an_upstream_rename(git_series, tmp
     assert "src/storage.h → src/storage_impl.h" in report
     patch = (folder / "0030-storage-hook.patch").read_text()
     assert "+++ b/src/storage_impl.h" in patch and "+  void *lms;" in patch
+
+
+def test_report_gives_the_tools_time_and_the_hand_time_per_patch(git_series, tmp_path):
+    """Wall time of the port itself and of the hand work at each stop (issue 16: how long a
+    port took, and where the next one of the series may save)."""
+    into = tmp_path / "port"
+    assert start(git_series, "v2.0.0", into).exit_code == 3
+    state = json.loads((into / ".git" / "lmsforge-port.json").read_text())
+    assert state["tool_seconds"] > 0 and state["stopped_at"] > 0
+    time.sleep(1.5)  # the maintainer reads the stop line and resolves
+    resolve_storage(into)
+    assert port(git_series, into, "--continue").exit_code == 0
+    report = (git_series["patches"] / "toy" / "v2.0.0" / "PORT-REPORT.md").read_text()
+    section = report.split("## Time\n", 1)[1].split("\n## ", 1)[0]
+    assert "- the port's own commands: " in section
+    hand = re.search(r"- by hand, from each stop to the command that went on: (\d+) s", section)
+    assert hand and int(hand.group(1)) >= 1, section
+    assert re.search(r"  - storage-hook: \d+ s \(resolved\)", section), section
+    assert "allocator-hook" not in section  # picked: no hand time
+
+
+def test_a_clean_port_reports_no_hand_time(git_series, tmp_path):
+    assert start(git_series, "v1.1.0", tmp_path / "port").exit_code == 0
+    report = (git_series["patches"] / "toy" / "v1.1.0" / "PORT-REPORT.md").read_text()
+    assert "- by hand, from each stop to the command that went on: 0 s (no stop)" in report

@@ -131,6 +131,27 @@ def test_cmake_renders_macro_headers_with_shared_libs_only(tmp_path):
     assert not (tree / "c10" / "macros" / "cmake_macros.h").exists()
 
 
+@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("ninja") is None,
+                    reason="cmake and ninja are needed to build")
+@pytest.mark.parametrize("standard, builds", [(14, False), (17, True)])
+def test_c10_builds_with_the_trees_standard(tmp_path, standard, builds):
+    """A C++17 feature (here an inline variable, which gcc -std=c++14 only warns about) in c10
+    fails the build of a C++14 tree (PyTorch 1.x) and builds in a C++17 one."""
+    tree = tmp_path / "tree"
+    (tree / "c10" / "macros").mkdir(parents=True)
+    (tree / "c10" / "macros" / "cmake_macros.h.in").write_text(CMAKE_MACROS_IN)
+    (tree / "c10" / "util").mkdir()
+    (tree / "c10" / "util" / "Lms.cpp").write_text(
+        "struct Lms { static inline int calls = 0; };\nint lms_calls() { return Lms::calls; }\n")
+    (tree / "CMakeLists.txt").write_text(f"set(CMAKE_CXX_STANDARD {standard} CACHE STRING x)\n")
+    out = tmp_path / "b"
+    subprocess.run(["cmake", "-G", "Ninja", "-S", build.CMAKE_DIR, "-B", out, f"-DTORCH_SRC={tree}",
+                    "-DLMS_BUILD_CUDA=OFF"], check=True, capture_output=True)
+    built = subprocess.run(["ninja", "-C", out, "c10"], capture_output=True, text=True)
+    assert (built.returncode == 0) == builds, built.stdout
+    assert f"-std=c++{standard}" in built.stdout or builds
+
+
 def test_nvml_header_of_the_toolkit_is_preferred(tmp_path, monkeypatch):
     (tmp_path / "include").mkdir()
     (tmp_path / "include" / "nvml.h").write_text("")

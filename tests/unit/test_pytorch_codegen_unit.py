@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lmsforge.verify.pytorch_codegen import guards, torchgen, units
+from lmsforge.verify.pytorch_codegen import guards, inputs, torchgen, units
 
 EXCERPT = Path(__file__).resolve().parents[1] / "data" / "pytorch-codegen" / \
     "RegisterCUDA-excerpt.cpp"
@@ -146,3 +146,71 @@ def test_a_tree_without_the_series_history_is_not_checked(tmp_path: Path) -> Non
 def test_first_error_picks_the_compiler_error() -> None:
     output = "In file included from x.h:1,\nfoo.cpp:3:5: error: 'bar' was not declared\n"
     assert units.first_error(output) == "foo.cpp:3:5: error: 'bar' was not declared"
+
+
+# What 1.13.1's torchgen generates: wrappers named wrapper_<overload>_<op>, not wrapper_CUDA_<op>.
+WRAPPERS_1_13 = """\
+at::Tensor wrapper_sgn(const at::Tensor & self) {
+const at::LmsPinGuard lms_pin_guard(self);
+structured_sgn_out_functional op;
+op.meta(self);
+return std::move(op.outputs_[0]).take();
+}
+at::Tensor wrapper_memory_format_empty(c10::SymIntArrayRef size, c10::optional<bool> pin_memory) {
+  return at::native::empty_cuda(c10::asIntArrayRefSlow(size), pin_memory);
+}
+const at::Tensor & wrapper__resize_(const at::Tensor & self, c10::SymIntArrayRef size) {
+  const at::LmsPinGuard lms_pin_guard(self);
+  return at::native::resize_cuda_(self, c10::asIntArrayRefSlow(size));
+}
+"""
+
+
+def test_wrappers_of_1_13_are_checked() -> None:
+    report = guards.check(WRAPPERS_1_13)
+    assert report.ok and report.wrappers == 3 and report.without_tensors == 1
+    assert (report.structured_guarded, report.unstructured_guarded) == (1, 1)
+    unguarded = WRAPPERS_1_13.replace("  const at::LmsPinGuard lms_pin_guard(self);\n", "")
+    assert guards.check(unguarded).missing == \
+        ["wrapper__resize_: unstructured wrapper without at::LmsPinGuard"]
+
+
+@pytest.mark.parametrize("has_aoti", [True, False])
+def test_torchgen_command_follows_the_trees_options(tmp_path: Path, has_aoti: bool) -> None:
+    """2.x's gen.py needs --aoti-install-dir; 1.13.1's refuses it."""
+    (tmp_path / "torchgen").mkdir()
+    (tmp_path / "torchgen/gen.py").write_text(
+        'parser.add_argument("--aoti-install-dir")\n' if has_aoti
+        else "parser.add_argument('-s')\n")
+    command = torchgen.command(tmp_path, tmp_path / "out")
+    assert ("--aoti-install-dir" in command) == has_aoti
+    assert "--per-operator-headers" in command
+
+
+@pytest.mark.parametrize("cmake, standard", [
+    ("set(CMAKE_CXX_STANDARD 14 CACHE STRING \"x\")\n", 14),  # 1.13.1
+    ("set(CMAKE_CXX_STANDARD\n    17\n    CACHE)\n", 17),  # 2.6.0
+    (None, 17)])
+def test_units_compile_with_the_trees_standard(tmp_path: Path, cmake: str | None,
+                                               standard: int) -> None:
+    """1.13.1 is C++14: a C++17 feature in the series must fail the syntax compile."""
+    if cmake is not None:
+        (tmp_path / "CMakeLists.txt").write_text(cmake)
+    cxx_flags = units.flags(tmp_path, tmp_path, tmp_path, [], tmp_path)
+    assert cxx_flags[0] == f"-std=c++{standard}"
+    # gcc only warns about C++17 language features under -std=c++14.
+    assert ("-Werror=c++17-extensions" in cxx_flags) == (standard < 17)
+
+
+@pytest.mark.parametrize("descriptors, cudnn", [
+    ("#if defined(CUDNN_VERSION) && CUDNN_VERSION >= 90000\n", "9.27.0.42"),  # 2.6.0
+    ("AT_CUDNN_CHECK(cudnnSetRNNDescriptor_v6(\n#if CUDNN_VERSION >= 8000\n", "8.9.7.29"),
+    (None, "9.27.0.42")])
+def test_a_tree_before_cudnn_9_gets_cudnn_8_headers(tmp_path: Path, descriptors: str | None,
+                                                    cudnn: str) -> None:
+    if descriptors is not None:
+        (tmp_path / "aten/src/ATen/cudnn").mkdir(parents=True)
+        (tmp_path / "aten/src/ATen/cudnn/Descriptors.h").write_text(descriptors)
+    wheels = inputs.wheels_for(tmp_path)
+    assert [w.version for w in wheels if w.name.startswith("nvidia-cudnn-cu")] == [cudnn]
+    assert len(wheels) == len(inputs.WHEELS)

@@ -83,8 +83,8 @@ def run(tree: Path, base: str, work_dir: Path, c10_generated: Path, cache_root: 
     if plan:
         if not generated:
             torchgen.generate(tree, out, log)  # the touched TUs include generated headers
-        cxx_flags = units.flags(tree, out, c10_generated, inputs.header_dirs(cache_root),
-                                inputs.python_include_dir())
+        headers = inputs.header_dirs(cache_root, inputs.wheels_for(tree))
+        cxx_flags = units.flags(tree, out, c10_generated, headers, inputs.python_include_dir())
         say(f"compile: syntax-compiling {len(plan)} translation units")
         result.compiled = units.compile_units(plan, cxx_flags, log, jobs)
         for compiled in result.compiled:

@@ -1,9 +1,10 @@
 """Check the LMS pin guard in the wrappers of a generated ``RegisterCUDA.cpp``.
 
-A wrapper is a function ``wrapper_CUDA_<op>(...)``. It takes tensors when one of its parameters is
-tensor-like (``at::Tensor``, an optional or a list of them). Such a wrapper must declare
-``at::LmsPinGuard`` naming every tensor-like parameter; a structured wrapper (one that calls
-``op.meta(...)``) must declare it before that call, an unstructured one anywhere before it returns.
+A wrapper is a function ``wrapper_CUDA_<op>(...)`` (``wrapper_<overload>_<op>`` in 1.13). It
+takes tensors when one of its parameters is tensor-like (``at::Tensor``, an optional or a list of
+them). Such a wrapper must declare ``at::LmsPinGuard`` naming every tensor-like parameter; a
+structured wrapper (one that calls ``op.meta(...)``) must declare it before that call, an
+unstructured one anywhere before it returns.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import re
 from dataclasses import dataclass, field
 
 GUARD_CLASS = "at::LmsPinGuard"
-_WRAPPER = re.compile(r"^(?P<ret>[^\s(][^(]*?)\s(?P<name>wrapper_CUDA_\w+)\((?P<params>.*)\) \{$")
+# 2.x names them wrapper_CUDA_<op>, 1.13 wrapper_<overload>_<op>; RegisterCUDA.cpp holds only
+# CUDA wrappers either way.
+_WRAPPER = re.compile(r"^(?P<ret>[^\s(][^(]*?)\s(?P<name>wrapper_\w+)\((?P<params>.*)\) \{$")
 _TENSOR_LIKE = re.compile(r"\bat::(Tensor|TensorList|ITensorListRef|IOptTensorListRef)\b")
 _GUARD = re.compile(re.escape(GUARD_CLASS) + r"\s+\w+\((?P<args>[^)]*)\);")
 _META_CALL = "op.meta("

@@ -7,6 +7,7 @@ Python's own headers come from the running interpreter (Debian ``python3-dev``).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import sysconfig
@@ -39,6 +40,23 @@ WHEELS = (
     # nvrtc.h, which cudnn_frontend includes; this CUDA toolkit has none.
     HeaderWheel("nvidia-cuda-nvrtc", "13.5.37", "nvidia/cu13/include"),
 )
+
+
+# cuDNN 9 removed the v6/v7 RNN API (cudnnSetRNNDescriptor_v6, ...) that PyTorch calls unless
+# built against cuDNN 9; a tree that knows cuDNN 9 says so in aten/src/ATen/cudnn/Descriptors.h
+# (`CUDNN_VERSION >= 90000`, 2.6.0 does), one that does not (1.13.1) gets cuDNN 8's headers, as
+# its own build would.
+CUDNN_8 = HeaderWheel("nvidia-cudnn-cu12", "8.9.7.29", "nvidia/cudnn/include")
+_KNOWS_CUDNN_9 = re.compile(r"CUDNN_VERSION\s*>=\s*9\d{4}\b")
+
+
+def wheels_for(tree: Path) -> tuple[HeaderWheel, ...]:
+    """WHEELS, with cuDNN 8 instead of 9 for a tree that predates cuDNN 9."""
+    descriptors = tree / "aten/src/ATen/cudnn/Descriptors.h"
+    if descriptors.is_file() and \
+            not _KNOWS_CUDNN_9.search(descriptors.read_text(errors="replace")):
+        return tuple(CUDNN_8 if w.name.startswith("nvidia-cudnn-cu") else w for w in WHEELS)
+    return WHEELS
 
 
 def python_include_dir() -> Path:

@@ -26,9 +26,12 @@ class Generated(NamedTuple):
 
 
 def command(tree: Path, out: Path) -> list[str]:
+    aoti = []
+    # AOTInductor's shims came with 2.2; 1.13.1's gen.py refuses the option.
+    if "--aoti-install-dir" in (tree / "torchgen/gen.py").read_text():
+        aoti = ["--aoti-install-dir", str(out / "aoti")]
     return [sys.executable, "-m", "torchgen.gen", "-s", str(tree / "aten/src/ATen"),
-            "-d", str(out / "ATen"), "--aoti-install-dir", str(out / "aoti"),
-            "--per-operator-headers"]
+            "-d", str(out / "ATen"), *aoti, "--per-operator-headers"]
 
 
 def generate(tree: Path, out: Path, log: Path) -> Generated:

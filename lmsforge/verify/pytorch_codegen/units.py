@@ -10,6 +10,7 @@ need the whole of libtorch. Python files are compiled in memory, so the tree get
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -60,7 +61,20 @@ def flags(tree: Path, generated_root: Path, c10_generated: Path,
     includes = [generated_root, tree, tree / "aten/src", c10_generated,
                 *(tree / path for path in TREE_INCLUDES),
                 c10_inputs.ensure_cuda_toolkit() / "include", *header_dirs, python_include]
-    return ["-std=c++17", "-fsyntax-only", *DEFINES, *(f"-I{path}" for path in includes)]
+    standard = cxx_standard(tree)
+    # gcc only warns about C++17 language features under -std=c++14; 1.13.1's own code has none.
+    checks = ["-Werror=c++17-extensions"] if standard < 17 else []
+    return [f"-std=c++{standard}", *checks, "-fsyntax-only", *DEFINES,
+            *(f"-I{path}" for path in includes)]
+
+
+def cxx_standard(tree: Path) -> int:
+    """The tree's C++ standard, as its CMakeLists.txt sets it (14 for 1.x, 17 for 2.x): a series
+    that uses a newer language feature must fail here as in the tree's own build."""
+    cmakelists = tree / "CMakeLists.txt"
+    text = cmakelists.read_text(errors="replace") if cmakelists.is_file() else ""
+    match = re.search(r"set\(CMAKE_CXX_STANDARD\s+(\d+)", text)
+    return int(match.group(1)) if match else 17
 
 
 def compile_units(units: Sequence[Unit], cxx_flags: Sequence[str], log: Path,
