@@ -365,6 +365,12 @@ Json& Json::null_field(const std::string& key) {
   return *this;
 }
 
+Json& Json::raw_field(const std::string& key, const std::string& json) {
+  separate(key);
+  text_ += json;
+  return *this;
+}
+
 Json& Json::value(double value) {
   return field("", value);
 }
@@ -395,6 +401,17 @@ void Json::write(const std::string& path) const {
   if (!out) {
     throw std::runtime_error("cannot write " + path);
   }
+}
+
+void write_timing(Json& json, const char* simulated_calibration) {
+  json.begin_object("timing");
+  if (simulated_calibration != nullptr) {
+    json.field("clock", "virtual");
+    json.raw_field("calibration", simulated_calibration);
+  } else {
+    json.field("clock", "cuda-events");
+  }
+  json.end_object();
 }
 
 void write_device_info(Json& json, int device) {

@@ -137,6 +137,8 @@ class Json {
   Json& field(const std::string& key, size_t value);
   Json& field(const std::string& key, bool value);
   Json& null_field(const std::string& key);
+  // A value that is JSON text already.
+  Json& raw_field(const std::string& key, const std::string& json);
   Json& value(double value);
   Json& summary(const std::string& key, const Summary& summary, size_t bytes,
                 const std::vector<double>& samples_ms);
@@ -153,6 +155,11 @@ std::string quote(const std::string& text);
 
 // The device's name, memory, compute capability, driver and runtime versions.
 void write_device_info(Json& json, int device);
+
+// How the times were taken: CUDA events on a GPU; on lmsforge's simulated
+// runtime, events in its virtual time, with the calibration table it used
+// (`simulated_calibration`, kernels.h).
+void write_timing(Json& json, const char* simulated_calibration);
 
 // Runs `body` and turns every failure into a message and an exit code.
 int run_program(const char* program, const std::function<int()>& body);

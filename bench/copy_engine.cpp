@@ -71,8 +71,8 @@ Settings parse(int argc, char** argv, bool* help) {
   args.option("target-bytes", "256M", "bytes moved per repeat and direction, at most");
   args.option("max-count", "256", "storages per repeat, at most");
   args.option("device", "0", "CUDA device index");
-  args.flag("short", "a smoke run (sizes 4K,64K,1M,4M, 2 repeats, 1 warm-up, 16 storages of at "
-                     "most 8M per repeat) that the simulated CUDA runtime runs in seconds; "
+  args.flag("short", "a smoke run (sizes 4K,64K,1M,16M, 2 repeats, 1 warm-up, 16 storages of "
+                     "at most 8M per repeat) that the simulated CUDA runtime runs in seconds; "
                      "options given explicitly still apply");
   *help = !args.parse(argc, argv);
   Settings s;
@@ -83,7 +83,7 @@ Settings parse(int argc, char** argv, bool* help) {
   if (s.out.empty()) {
     throw UsageError("--out is required");
   }
-  s.sizes = parse_size_list(args.get_or_short("sizes", "4K,64K,1M,4M"));
+  s.sizes = parse_size_list(args.get_or_short("sizes", "4K,64K,1M,16M"));
   for (size_t size : s.sizes) {
     if (size < 4 * kKiB || size > kGiB || size % sizeof(uint32_t) != 0) {
       throw UsageError("--sizes: " + format_size(size) +
@@ -255,6 +255,7 @@ int run(int argc, char** argv) {
   json.field("schema", 1);
   json.field("simulated", kSimulatedRuntime);
   write_device_info(json, s.device);
+  write_timing(json, simulated_calibration());
   json.begin_object("settings");
   json.field("repeats", s.repeats);
   json.field("warmup", s.warmup);

@@ -70,9 +70,10 @@ cudaError_t count_mismatches(const uint32_t* words, size_t count, uint32_t seed,
   return cudaGetLastError();
 }
 
-cudaError_t forward_layer(const uint32_t* in, uint32_t* out, size_t count, int layer, int rounds,
-                          cudaStream_t stream) {
-  forward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(in, out, count, layer, rounds);
+cudaError_t forward_layer(const uint32_t* in, uint32_t* out, size_t count, int layer,
+                          Mixing mixing, cudaStream_t stream) {
+  forward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(in, out, count, layer,
+                                                             mixing.data_rounds);
   return cudaGetLastError();
 }
 
@@ -81,10 +82,15 @@ cudaError_t init_grad(uint32_t* grad, size_t count, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t backward_layer(const uint32_t* activation, uint32_t* grad, size_t count, int rounds,
-                           cudaStream_t stream) {
-  backward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(activation, grad, count, rounds);
+cudaError_t backward_layer(const uint32_t* activation, uint32_t* grad, size_t count,
+                           Mixing mixing, cudaStream_t stream) {
+  backward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(activation, grad, count,
+                                                              mixing.data_rounds);
   return cudaGetLastError();
+}
+
+const char* simulated_calibration() {
+  return nullptr;
 }
 
 } // namespace lms_bench

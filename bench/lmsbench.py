@@ -3,10 +3,13 @@
     python3 bench/lmsbench.py copy    --bin-dir BUILD/bin --out DIR [-- PROGRAM_OPTIONS...]
     python3 bench/lmsbench.py oversub --bin-dir BUILD/bin --out DIR [-- PROGRAM_OPTIONS...]
     python3 bench/lmsbench.py plot RESULT.json [--png FILE]
+    python3 bench/lmsbench.py compare RESULT.json REFERENCE.json
 
 `copy` and `oversub` run lms_bench_copy / lms_bench_oversub, which write
 DIR/copy-engine.json or DIR/oversubscription.json, then plot it next to it (.png) and print a
-table. `plot` redraws a PNG from a JSON file alone, on any machine with matplotlib.
+table. `plot` redraws a PNG from a JSON file alone, on any machine with matplotlib. `compare`
+puts two results of one benchmark side by side, row by row (a simulated run against the GPU
+run its timing model was calibrated on, or two GPUs).
 
 Exit codes: those of the program (0 ok, 1 a data check failed, 2 bad usage, 4 no CUDA device),
 and 2 for a bad argument of this driver.
@@ -59,8 +62,56 @@ def device_label(data: dict[str, Any]) -> str:
     """The device's name; results from the simulated CUDA runtime say so (never a GPU result)."""
     device = data.get("device", {}).get("name", "unknown device")
     if data.get("simulated"):
-        device += " — SIMULATED: host timings of lmsforge's cuda_sim, not a GPU measurement"
+        calibration = data.get("timing", {}).get("calibration", {}).get("name")
+        device += (f" — SIMULATED: virtual time of lmsforge's cuda_sim, calibration "
+                   f"{calibration}; not a GPU measurement" if calibration else
+                   " — SIMULATED: lmsforge's cuda_sim, not a GPU measurement")
     return device
+
+
+def _relative(value: float, reference: float) -> str:
+    return f"{(value / reference - 1):+7.1%}" if reference else "      -"
+
+
+def compare(data: dict[str, Any], reference: dict[str, Any]) -> str:
+    """Two results of one benchmark side by side, matched by k or by size, with the relative
+    difference of the first from the second."""
+    if data["benchmark"] != reference["benchmark"]:
+        raise BadResult(f"cannot compare {data['benchmark']} with {reference['benchmark']}")
+    lines = [f"{data['benchmark']}: {device_label(data)}",
+             f"  against: {device_label(reference)}"]
+    differing = sorted(key for key in set(data.get("settings", {})) | set(
+        reference.get("settings", {})) if data.get("settings", {}).get(key) !=
+        reference.get("settings", {}).get(key))
+    if differing:
+        lines.append("  settings that differ: " + ", ".join(
+            f"{key} {data.get('settings', {}).get(key)} vs "
+            f"{reference.get('settings', {}).get(key)}" for key in differing))
+    if data["benchmark"] == "oversubscription":
+        columns = (("LMS ms", lambda row: row["lms"]["step_ms"]),
+                   ("oracle ms", lambda row: (row.get("oracle") or {}).get("step_ms", 0.0)),
+                   ("bound ms", lambda row: row["bound"]["step_ms"]),
+                   ("bound eff", lambda row: row["bound_efficiency"]))
+        key, label = "k", lambda value: str(value)
+    else:
+        columns = (("raw d2h GB/s", lambda row: row["raw_d2h"]["gbps"]),
+                   ("raw h2d GB/s", lambda row: row["raw_h2d"]["gbps"]),
+                   ("ratio out", lambda row: row["ratio_out"]),
+                   ("ratio in", lambda row: row["ratio_in"]))
+        key, label = "size", size_label
+    lines.append(f"{key:>6}" + "".join(f" {name:>12} {'ref':>9} {'diff':>7}"
+                                        for name, _ in columns))
+    ours = {row[key]: row for row in data["results"]}
+    for row in reference["results"]:
+        if row[key] not in ours:
+            continue
+        mine = ours[row[key]]
+        lines.append(f"{label(row[key]):>6}" + "".join(
+            f" {value(mine):>12.3f} {value(row):>9.3f} {_relative(value(mine), value(row))}"
+            for _, value in columns))
+    if len(lines) == 3 + bool(differing):
+        lines.append(f"  no {key} in common")
+    return "\n".join(lines)
 
 
 def report(data: dict[str, Any]) -> str:
@@ -204,7 +255,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     plot_cmd = commands.add_parser("plot", help="draw the PNG of a result JSON")
     plot_cmd.add_argument("json", type=Path)
     plot_cmd.add_argument("--png", type=Path, default=None)
+    compare_cmd = commands.add_parser("compare", help="two results of one benchmark, row by row")
+    compare_cmd.add_argument("json", type=Path)
+    compare_cmd.add_argument("reference", type=Path)
     parsed = parser.parse_args(args)
+    if parsed.command == "compare":
+        try:
+            print(compare(load(parsed.json), load(parsed.reference)))
+        except BadResult as error:
+            print(f"lmsbench: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        return EXIT_OK
     if parsed.command == "plot":
         if program_args:
             parser.error("plot takes no program options after --")

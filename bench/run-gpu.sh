@@ -6,7 +6,9 @@
 # Builds c10, c10_cuda, the LMS googletest programs and the benchmarks from
 # this folder alone (no network), runs lms_core_tests and lms_cuda_tests, then
 # the copy-engine and oversubscription benchmarks, and writes logs, googletest
-# JSON reports, benchmark JSON + PNG and summary.json into RESULTS_DIR.
+# JSON reports, benchmark JSON + PNG and summary.json into RESULTS_DIR. Where
+# python3 has a CUDA torch, bench/peers.py then runs save_on_cpu and
+# checkpoint on the oversubscription shapes beside LMS (peers.json + PNG).
 #
 # Exit codes:
 #   0  every test passed and every benchmark's data check passed
@@ -20,7 +22,7 @@ readonly EXIT_OK=0 EXIT_FAILED=1 EXIT_USAGE=2 EXIT_BUILD=3 EXIT_NO_CUDA=4
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 usage() {
-  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 out="" jobs="" build_dir="" quick=0 bench=1 build_only=0
@@ -75,7 +77,8 @@ finish() {
   "bundle_manifest": "MANIFEST.json",
   "test_reports": [${tests_json%, }],
   "benchmarks": {"copy_engine": "$( [ -f "$out/copy-engine.json" ] && echo copy-engine.json )",
-                 "oversubscription": "$( [ -f "$out/oversubscription.json" ] && echo oversubscription.json )"}
+                 "oversubscription": "$( [ -f "$out/oversubscription.json" ] && echo oversubscription.json )",
+                 "peers": "$( [ -f "$out/peers.json" ] && echo peers.json )"}
 }
 JSON
   say "$status: $reason (exit $code; results in $out)"
@@ -180,6 +183,21 @@ if [ "$bench" = 1 ]; then
     fi
     [ "$code" -eq 0 ] || failed+=("benchmark $benchmark (exit $code)")
   done
+  # What users pick instead of LMS, on the same shapes, with this host's own torch.
+  if [ -z "$python" ]; then
+    say "peers: skipped: python3 not found"
+  elif ! "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+         >/dev/null 2>&1; then
+    say "peers: skipped: python3 here has no torch that sees a CUDA device"
+  elif [ ! -f "$out/oversubscription.json" ]; then
+    say "peers: skipped: no oversubscription.json to take the shapes from"
+  else
+    say "peers: save_on_cpu and checkpoint on the oversubscription shapes"
+    "$python" "$here/bench/peers.py" --out "$out" --lms-result "$out/oversubscription.json" \
+      2>&1 | tee -a "$log"
+    code=$?
+    [ "$code" -eq 0 ] || failed+=("peers (exit $code)")
+  fi
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then

@@ -98,6 +98,14 @@ def test_the_series_passes_core_sim_under_20_seeds(real_cache_dir: Path,
         data = json.loads(Path(bench["result"]).read_text())
         assert data["simulated"] is True and data["data_ok"] is True
         assert "cuda_sim" in data["device"]["name"]
+        # The report carries the simulated figures, labelled (timing model, docs/core-sim.md).
+        figures = bench["figures"]
+        assert figures["simulated"] is True and figures["clock"] == "virtual"
+    efficiency = sim["facts"]["benchmarks"]["oversubscription"]["figures"]["bound_efficiency"]
+    assert list(efficiency) == ["1", "2", "4", "8"]
+    assert "simulated bound efficiency" in sim["detail"]
+    ratios = sim["facts"]["benchmarks"]["copy-engine"]["figures"]["ratio_out"]
+    assert set(ratios) == {str(size << 10) for size in (4, 64, 1024, 16384)}
 
 
 @pytest.fixture(scope="module")

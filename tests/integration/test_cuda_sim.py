@@ -61,3 +61,46 @@ def test_a_malformed_setting_is_named(program: Path, tmp_path: Path) -> None:
                           text=True, timeout=60, env={**os.environ, "LMS_SIM_SEED": "twelve"})
     assert proc.returncode != 0
     assert "LMS_SIM_SEED='twelve' is not an integer" in proc.stderr
+
+
+# Another GPU's costs (made up: half the H100's link, a slower host): the timing tests read
+# the table in effect, so they must pass with it too, and the results say which table it was.
+OTHER_GPU = """# a made-up GPU
+name = made-up-gpu
+d2h_gbps = 24.5
+h2d_gbps = 23.9   # per direction
+duplex_gbps = 21
+launch_us = 5
+memcpy_call_us = 4.5
+pinned_alloc_free_us = 1M:400 64M:25000
+"""
+
+
+def test_timing_follows_an_override_file(program: Path, tmp_path: Path) -> None:
+    table = tmp_path / "other.txt"
+    table.write_text(OTHER_GPU)
+    proc, report = _run(program, tmp_path, LMS_SIM_SEED="0", LMS_SIM_DEVICES="2",
+                        LMS_SIM_CALIBRATION=str(table))
+    assert proc.returncode == 0 and report.failed == 0, proc.stdout + proc.stderr
+    assert '"name": "made-up-gpu"' in proc.stdout
+    assert '"d2h_gbps": {"value": 24.5, "unit": "GB/s", "source": "override file"}' in proc.stdout
+    assert '"event_record_us": {"value": 0.2, "unit": "us", "source": "calibration.txt' in \
+        proc.stdout
+
+
+@pytest.mark.parametrize("text, message", [
+    ("d2h_gbps = fast\n", "line 1: d2h_gbps is not a positive number"),
+    ("# ok\nwarp_speed = 9\n", "line 2: unknown key 'warp_speed'"),
+    ("pinned_alloc_free_us = 64M:1 1M:2\n",
+     "line 1: pinned_alloc_free_us is not a list of growing SIZE:MICROSECONDS points"),
+    ("d2h_gbps 24\n", "line 1: expected `key = value`"),
+])
+def test_a_malformed_calibration_file_is_named(program: Path, tmp_path: Path, text: str,
+                                               message: str) -> None:
+    table = tmp_path / "bad.txt"
+    table.write_text(text)
+    proc = subprocess.run([str(program), "--gtest_filter=Timing.CalibrationInEffectIsReported"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "LMS_SIM_CALIBRATION": str(table)})
+    assert proc.returncode != 0
+    assert f"LMS_SIM_CALIBRATION={table}, {message}" in proc.stderr

@@ -327,3 +327,31 @@ def test_python_version_is_enough_for_the_driver() -> None:
     source = (REPO / "bench" / "lmsbench.py").read_text()
     assert "import lmsforge" not in source and "from lmsforge" not in source
     assert sys.version_info >= (3, 8)
+
+
+def test_compare_puts_two_results_side_by_side(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    reference = SAMPLES / "oversubscription.json"
+    data = json.loads(reference.read_text())
+    data["simulated"] = True
+    data["timing"] = {"clock": "virtual", "calibration": {"name": "h100-2026-11-22"}}
+    data["settings"]["limit_bytes"] //= 2
+    data["results"] = [row for row in data["results"] if row["k"] != 4]
+    for row in data["results"]:
+        row["bound_efficiency"] *= 1.1
+    mine = tmp_path / "simulated.json"
+    mine.write_text(json.dumps(data))
+    assert lmsbench.main(["compare", str(mine), str(reference)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "SIMULATED: virtual time of lmsforge's cuda_sim, calibration h100-2026-11-22" in lines[0]
+    assert lines[2].startswith("  settings that differ: limit_bytes 536870912 vs 1073741824")
+    rows = [line.split() for line in lines[4:]]
+    assert [row[0] for row in rows] == ["1", "2", "8"]  # k = 4 is not in both
+    assert all(row[-1] == "+10.0%" for row in rows)  # bound efficiency, the last column
+    assert all(row[3] == "+0.0%" for row in rows)  # the same LMS step times
+
+
+def test_compare_refuses_two_different_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:
+    assert lmsbench.main(["compare", str(SAMPLES / "copy-engine.json"),
+                          str(SAMPLES / "oversubscription.json")]) == 2
+    assert "cannot compare copy-engine with oversubscription" in capsys.readouterr().err

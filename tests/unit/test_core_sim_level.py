@@ -3,6 +3,7 @@ the lines a failure prints (the runs themselves: tests/integration/test_core_sim
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from fixtures import lmsforge
@@ -96,3 +97,57 @@ def test_sim_seeds_must_be_positive() -> None:
     result = lmsforge("verify", "--level", "core-sim", "--sim-seeds", "0")
     assert result.exit_code == 2
     assert "--sim-seeds" in result.output
+
+
+# Benchmark results as the simulator's programs write them (trimmed to what the level reads).
+OVERSUB = {"benchmark": "oversubscription", "simulated": True, "data_ok": True,
+           "timing": {"clock": "virtual", "calibration": {"name": "h100-2026-11-22"}},
+           "results": [{"k": k, "bound_efficiency": e, "lms": {"step_ms": ms}}
+                       for k, e, ms in ((1, 0.75512, 1.64), (2, 0.59149, 6.07),
+                                        (4, 0.66713, 14.94), (8, 0.69531, 32.68))]}
+COPY = {"benchmark": "copy-engine", "simulated": True, "data_ok": True,
+        "timing": {"clock": "virtual", "calibration": {"name": "h100-2026-11-22"}},
+        "results": [{"size": size, "ratio_out": 0.5, "ratio_in": 0.25,
+                     "raw_d2h": {"gbps": 54.0}, "raw_h2d": {"gbps": 51.9}}
+                    for size in (4096, 16777216)]}
+
+
+def test_simulated_figures_of_the_oversubscription_benchmark() -> None:
+    figures = sim_level.simulated_figures(OVERSUB)
+    assert figures["simulated"] is True and figures["clock"] == "virtual"
+    assert figures["calibration"] == "h100-2026-11-22"
+    assert figures["bound_efficiency"] == {"1": 0.7551, "2": 0.5915, "4": 0.6671, "8": 0.6953}
+    assert figures["lms_step_ms"]["8"] == 32.68
+
+
+def test_simulated_figures_of_the_copy_benchmark() -> None:
+    figures = sim_level.simulated_figures(COPY)
+    assert figures["ratio_out"] == {"4096": 0.5, "16777216": 0.5}
+    assert figures["ratio_in"]["4096"] == 0.25
+    assert figures["raw_d2h_gbps"]["16777216"] == 54.0
+
+
+def test_a_pass_reports_the_simulated_efficiency_per_k() -> None:
+    benches = [sim_level.BenchRun("copy-engine", "", Path("/w/c.json"), 1.0,
+                                  sim_level.simulated_figures(COPY)),
+               sim_level.BenchRun("oversubscription", "", Path("/w/o.json"), 6.0,
+                                  sim_level.simulated_figures(OVERSUB))]
+    result = sim_level.judge([_seed(1)], benches, BUILT, "log")
+    assert result.status == PASS
+    assert ("simulated bound efficiency 0.76 0.59 0.67 0.70 at k = 1 2 4 8 (simulated CUDA "
+            "runtime, not a GPU result)") in result.detail
+    facts = result.facts["benchmarks"]
+    assert facts["oversubscription"]["figures"]["bound_efficiency"]["2"] == 0.5915
+    assert facts["copy-engine"]["figures"]["simulated"] is True
+
+
+def test_the_level_runs_a_benchmark_and_keeps_its_figures(tmp_path: Path) -> None:
+    # A stand-in program that writes the result a simulated benchmark writes.
+    program = tmp_path / "lms_bench_oversub_sim"
+    program.write_text("#!/bin/sh\nwhile [ \"$1\" != --out ]; do shift; done\n"
+                       f"cat > \"$2\" <<'END'\n{json.dumps(OVERSUB)}\nEND\n")
+    program.chmod(0o755)
+    run = sim_level.run_benchmark(program, "oversubscription", 1, tmp_path)
+    assert run.problem == ""
+    assert run.figures["bound_efficiency"]["4"] == 0.6671
+    assert (tmp_path / "core-sim.oversubscription.json").is_file()

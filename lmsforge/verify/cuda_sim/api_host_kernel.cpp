@@ -1,10 +1,12 @@
 // The simulator's own entry points (include/lms_cuda_sim.h).
 
 #include "api.h"
+#include "calibration.h"
 
 #include <lms_cuda_sim.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 using namespace lms_sim;
@@ -12,7 +14,8 @@ using namespace lms_sim;
 extern "C" {
 
 cudaError_t lmsSimLaunchHostKernel(cudaStream_t stream, const char* name, lmsSimKernelFn fn,
-                                   const void* args, size_t args_bytes) {
+                                   const void* args, size_t args_bytes,
+                                   const lmsSimKernelWork* work) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (fn == nullptr || name == nullptr || (args == nullptr && args_bytes != 0)) {
@@ -35,8 +38,18 @@ cudaError_t lmsSimLaunchHostKernel(cudaStream_t stream, const char* name, lmsSim
     op.device = target->device;
     op.what = std::string("kernel ") + name;
     op.body = [fn, copied](ExecContext&) { return fn(copied->data()); };
+    if (work != nullptr) {
+      op.work = Work{Engine::kCompute, 0,
+                     Timing::kernel_ns(work->memory_bytes, work->alu_ops, work->requested_ns)};
+    }
+    Timing::get().charge(HostCall::kLaunch);
     return runtime.submit(target, std::move(op));
   });
+}
+
+const char* lmsSimCalibration(void) {
+  static const std::string json = calibration_json();
+  return json.c_str();
 }
 
 void* lmsSimDeviceBytes(const void* ptr, size_t bytes) {

@@ -8,6 +8,7 @@
 // cudaFreeHost synchronise.
 
 #include "api.h"
+#include "calibration.h"
 #include "capture.h"
 #include "memory.h"
 #include "settings.h"
@@ -115,13 +116,17 @@ bool kind_matches(cudaMemcpyKind kind, bool from_device, bool to_device, cudaErr
   return false;
 }
 
-cudaError_t wait_for(const std::shared_ptr<Timestamp>& done, int device) {
-  Runtime& runtime = Runtime::get();
-  Progress::instance().wait([&] {
-    return done->reached.load(std::memory_order_acquire) ||
-        runtime.sticky_error(device) != cudaSuccess;
-  });
-  return runtime.sticky_error(device);
+// What a copy occupies on the device (timing.h): a host link for copies
+// between device and host memory, the compute engine for copies within device
+// memory, nothing for host to host.
+Work copy_work(bool from_device, bool to_device, size_t bytes) {
+  if (from_device && to_device) {
+    return Timing::device_memory_work(static_cast<double>(bytes), static_cast<double>(bytes));
+  }
+  if (from_device || to_device) {
+    return Work{from_device ? Engine::kToHost : Engine::kToDevice, static_cast<double>(bytes), 0};
+  }
+  return Work{};
 }
 
 enum class Api { kSynchronous, kAsync };
@@ -186,14 +191,16 @@ cudaError_t copy(const char* function, void* dst, const void* src, size_t bytes,
     move_bytes(out, in, bytes, context.rng);
     return cudaSuccess;
   };
+  op.work = copy_work(from_device, to_device, bytes);
   auto done = std::make_shared<Timestamp>();
   op.stamp = done;
   int device = op.device;
+  Timing::get().charge(HostCall::kMemcpy);
   status = runtime.submit(stream, std::move(op));
   if (status != cudaSuccess || !host_waits || capturing) {
     return status;
   }
-  return wait_for(done, device);
+  return runtime.wait_for(done, device);
 }
 
 cudaError_t set(const char* function, void* dst, int value, size_t bytes,
@@ -224,14 +231,18 @@ cudaError_t set(const char* function, void* dst, int value, size_t bytes,
     set_bytes(out, value, bytes, context.rng);
     return cudaSuccess;
   };
+  if (device_memory) {
+    op.work = Timing::device_memory_work(static_cast<double>(bytes), 0);
+  }
   auto done = std::make_shared<Timestamp>();
   op.stamp = done;
   int device = op.device;
+  Timing::get().charge(HostCall::kMemcpy);
   cudaError_t status = runtime.submit(stream, std::move(op));
   if (status != cudaSuccess || api == Api::kAsync || device_memory) {
     return status;
   }
-  return wait_for(done, device);
+  return runtime.wait_for(done, device);
 }
 
 StreamRef legacy_stream(Runtime& runtime) {
@@ -256,7 +267,12 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
     if (status != cudaSuccess) {
       return status;
     }
-    return runtime.current_with_context().arena.allocate(size, devPtr);
+    status = runtime.current_with_context().arena.allocate(size, devPtr);
+    if (status == cudaSuccess) {
+      // The calibration prices cudaMalloc and cudaFree together: half each.
+      Timing::get().charge_us(calibration().device_alloc_free_us.us_at(size) / 2);
+    }
+    return status;
   });
 }
 
@@ -283,6 +299,7 @@ cudaError_t cudaFree(void* devPtr) {
       if (status != cudaSuccess) {
         return status;
       }
+      Timing::get().charge_us(calibration().device_alloc_free_us.us_at(size) / 2);
       return device.arena.free(devPtr) ? cudaSuccess : cudaErrorInvalidValue;
     }
     return cudaErrorInvalidValue;
@@ -301,7 +318,13 @@ cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
     if (status != cudaSuccess) {
       return status;
     }
-    return runtime.pinned().allocate(size, runtime.current_with_context().index, pHost);
+    status = runtime.pinned().allocate(size, runtime.current_with_context().index, pHost);
+    if (status == cudaSuccess) {
+      // Page-locking is slow (about 0.6 ms per MiB on the H100); the
+      // calibration prices cudaHostAlloc and cudaFreeHost together: half each.
+      Timing::get().charge_us(calibration().pinned_alloc_free_us.us_at(size) / 2);
+    }
+    return status;
   });
 }
 
@@ -329,6 +352,7 @@ cudaError_t cudaFreeHost(void* ptr) {
     if (status != cudaSuccess) {
       return status;
     }
+    Timing::get().charge_us(calibration().pinned_alloc_free_us.us_at(size) / 2);
     return runtime.pinned().free(ptr) ? cudaSuccess : cudaErrorInvalidValue;
   });
 }

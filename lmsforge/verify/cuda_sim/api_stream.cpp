@@ -4,7 +4,6 @@
 #include "capture.h"
 
 #include <algorithm>
-#include <chrono>
 
 namespace lms_sim {
 
@@ -25,13 +24,20 @@ cudaError_t resolve_both(Runtime& runtime, cudaEvent_t event, cudaStream_t strea
   return status;
 }
 
-// Whether the event's last record is still running, or captured.
-cudaError_t event_state(EventState& event, bool* complete) {
+// The event's last record: no stream if it was never recorded (complete, as
+// CUDA defines it); cudaErrorCapturedEvent if it was recorded in a capture.
+struct Record {
+  StreamRef stream;
+  uint64_t position = 0;
+  std::shared_ptr<Timestamp> stamp;
+};
+
+cudaError_t last_record(EventState& event, Record* record) {
   std::lock_guard<std::mutex> guard(event.mutex);
   if (event.capture) {
     return cudaErrorCapturedEvent;
   }
-  *complete = !event.stream || event.stream->reached(event.position);
+  *record = Record{event.stream, event.position, event.stamp};
   return cudaSuccess;
 }
 
@@ -165,7 +171,9 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
     if (status != cudaSuccess) {
       return status;
     }
-    return runtime.stream_idle(target) ? cudaSuccess : cudaErrorNotReady;
+    Timing::get().charge(HostCall::kStreamQuery);
+    return runtime.observe(runtime.stream_end(target),
+                           [&] { return runtime.stream_idle(target); }, target->device);
   });
 }
 
@@ -230,6 +238,8 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userD
       fn(userData);
       return cudaSuccess;
     };
+    // Its virtual time is none: a host function's time is the host's.
+    Timing::get().charge(HostCall::kLaunch);
     return runtime.submit(target, std::move(op));
   });
 }
@@ -297,8 +307,9 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     marker.what = "cudaEventRecord";
     marker.stamp = std::make_shared<Timestamp>();
     std::shared_ptr<Timestamp> stamp = marker.stamp;
+    Timing::get().charge(HostCall::kEventRecord);
     std::lock_guard<std::mutex> event_guard(e->mutex);
-    e->position = runtime.append(s, std::move(marker));
+    e->position = runtime.append(s, std::move(marker)).index;
     e->stream = s;
     e->stamp = stamp;
     e->capture.reset();
@@ -322,8 +333,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
     if (status != cudaSuccess) {
       return status;
     }
-    bool complete = false;
-    status = event_state(*e, &complete);
+    Record record;
+    status = last_record(*e, &record);
     if (status != cudaSuccess) {
       return status;
     }
@@ -331,7 +342,12 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
     if (status != cudaSuccess) {
       return status;
     }
-    return complete ? cudaSuccess : cudaErrorNotReady;
+    Timing::get().charge(HostCall::kEventQuery);
+    if (!record.stream) {
+      return cudaSuccess;
+    }
+    return runtime.observe(record.stamp->virtual_end,
+                           [&] { return record.stream->reached(record.position); }, e->device);
   });
 }
 
@@ -343,8 +359,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     if (status != cudaSuccess) {
       return status;
     }
-    bool complete = false;
-    status = event_state(*e, &complete);
+    Record record;
+    status = last_record(*e, &record);
     if (status != cudaSuccess) {
       return status;
     }
@@ -352,14 +368,10 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     if (status != cudaSuccess) {
       return status;
     }
-    StreamRef stream;
-    uint64_t position = 0;
-    {
-      std::lock_guard<std::mutex> guard(e->mutex);
-      stream = e->stream;
-      position = e->position;
+    if (!record.stream) {
+      return cudaSuccess;
     }
-    return stream ? runtime.wait(stream, position) : cudaSuccess;
+    return runtime.wait(record.stream, Position{record.position, record.stamp->virtual_end});
   });
 }
 
@@ -390,11 +402,16 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
     if (first->device != last->device) {
       return cudaErrorInvalidResourceHandle;
     }
-    if (!from->reached.load(std::memory_order_acquire) ||
-        !to->reached.load(std::memory_order_acquire)) {
-      return cudaErrorNotReady;
+    // Virtual time: what the work between the records takes on the
+    // calibrated GPU (timing.h).
+    status = runtime.observe(std::max(from->virtual_end, to->virtual_end), [&] {
+      return from->reached.load(std::memory_order_acquire) &&
+          to->reached.load(std::memory_order_acquire);
+    }, first->device);
+    if (status != cudaSuccess) {
+      return status;
     }
-    *ms = std::chrono::duration<float, std::milli>(to->when - from->when).count();
+    *ms = static_cast<float>((to->virtual_end - from->virtual_end) / 1e6);
     return cudaSuccess;
   });
 }
@@ -442,8 +459,10 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
       std::lock_guard<std::mutex> event_guard(e->mutex);
       if (e->stream) {
         marker.waits.push_back(Dependency{e->stream, e->position});
+        marker.not_before = e->stamp->virtual_end;
       }
     }
+    Timing::get().charge(HostCall::kStreamWaitEvent);
     runtime.append(s, std::move(marker));
     return cudaSuccess;
   });
@@ -567,6 +586,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
       return status;
     }
     // Replayed in order on the launch stream: the same addresses as captured.
+    Timing::get().charge(HostCall::kLaunch);
     for (const Op& op : graphExec->ops) {
       status = runtime.submit(target, op);
       if (status != cudaSuccess) {

@@ -120,6 +120,8 @@ CUresult CUDAAPI sim_cuLaunchKernel(CUfunction f, unsigned gridX, unsigned gridY
     op.what = std::string("kernel ") + f->kernel->name;
     const HostKernel* kernel = f->kernel;
     op.body = [kernel, args](ExecContext&) { return kernel->run(args); };
+    op.work = Work{Engine::kCompute, 0, kernel->duration_ns(args)};
+    Timing::get().charge(HostCall::kLaunch);
     return runtime.submit(stream, std::move(op));
   }));
 }

@@ -2,6 +2,7 @@
 
 #include "runtime.h"
 #include "settings.h"
+#include "timing.h"
 
 #include <chrono>
 #include <cstring>
@@ -44,8 +45,14 @@ cudaError_t slow_sum(const std::vector<uint64_t>& args) {
   return cudaSuccess;
 }
 
+// Its spin, then a read of the buffer.
+double slow_sum_ns(const std::vector<uint64_t>& args) {
+  return Timing::kernel_ns(static_cast<double>(args[1] * sizeof(uint32_t)), 0,
+                           static_cast<double>(args[2]));
+}
+
 const HostKernel kKernels[] = {
-    {"lms_test_slow_sum", {8, 8, 8, 8}, slow_sum},
+    {"lms_test_slow_sum", {8, 8, 8, 8}, slow_sum, slow_sum_ns},
 };
 
 size_t param_size(const std::string& type) {

@@ -20,6 +20,8 @@ struct HostKernel {
   std::vector<size_t> param_bytes;  // the sizes of the PTX entry's .param list
   // Returns cudaErrorIllegalAddress when it would touch unallocated memory.
   cudaError_t (*run)(const std::vector<uint64_t>& args);
+  // How long it takes on the device, in virtual time (timing.h).
+  double (*duration_ns)(const std::vector<uint64_t>& args);
 };
 
 const HostKernel* find_kernel(const std::string& name);

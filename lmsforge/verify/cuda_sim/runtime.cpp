@@ -198,16 +198,17 @@ cudaError_t Runtime::submit(const StreamRef& stream, Op op) {
   return cudaSuccess;
 }
 
-uint64_t Runtime::append(const StreamRef& stream, Op op) {
+Position Runtime::append(const StreamRef& stream, Op op) {
   if (stream->kind != StreamKind::kLegacy && !stream->blocking()) {
     return stream->push(std::move(op));
   }
   Device& d = device(stream->device);
   std::lock_guard<std::mutex> guard(d.ordering);
   auto wait_for_tail = [&op](const StreamRef& other) {
-    uint64_t tail = other->tail();
-    if (tail != 0 && !other->reached(tail)) {
-      op.waits.push_back(Dependency{other, tail});
+    Position tail = other->tail();
+    op.not_before = std::max(op.not_before, tail.end);
+    if (tail.index != 0 && !other->reached(tail.index)) {
+      op.waits.push_back(Dependency{other, tail.index});
     }
   };
   if (stream->kind == StreamKind::kLegacy) {
@@ -223,11 +224,26 @@ uint64_t Runtime::append(const StreamRef& stream, Op op) {
   return stream->push(std::move(op));
 }
 
-cudaError_t Runtime::wait(const StreamRef& stream, uint64_t position) {
+cudaError_t Runtime::wait_really(const StreamRef& stream, uint64_t index) {
   Progress::instance().wait([&] {
-    return stream->reached(position) || sticky_error(stream->device) != cudaSuccess;
+    return stream->reached(index) || sticky_error(stream->device) != cudaSuccess;
   });
   return sticky_error(stream->device);
+}
+
+cudaError_t Runtime::wait(const StreamRef& stream, Position position) {
+  cudaError_t status = wait_really(stream, position.index);
+  Timing::get().reach(position.end);
+  return status;
+}
+
+cudaError_t Runtime::wait_for(const std::shared_ptr<Timestamp>& marker, int index) {
+  Progress::instance().wait([&] {
+    return marker->reached.load(std::memory_order_acquire) ||
+        sticky_error(index) != cudaSuccess;
+  });
+  Timing::get().reach(marker->virtual_end);
+  return sticky_error(index);
 }
 
 cudaError_t Runtime::synchronize_stream(const StreamRef& stream) {
@@ -240,6 +256,35 @@ cudaError_t Runtime::synchronize_stream(const StreamRef& stream) {
     return wait(stream, append(stream, std::move(marker)));
   }
   return wait(stream, stream->tail());
+}
+
+VirtualNs Runtime::stream_end(const StreamRef& stream) {
+  VirtualNs end = stream->tail().end;
+  if (stream->kind == StreamKind::kLegacy) {
+    for (const StreamRef& other : streams_of(stream->device)) {
+      if (other->blocking()) {
+        end = std::max(end, other->tail().end);
+      }
+    }
+  }
+  return end;
+}
+
+cudaError_t Runtime::observe(VirtualNs end, const std::function<bool()>& really_done,
+                             int index) {
+  if (end > Timing::get().now()) {
+    return cudaErrorNotReady;
+  }
+  if (really_done()) {
+    return cudaSuccess;
+  }
+  if (host_functions_.load() > 0) {
+    return cudaErrorNotReady;
+  }
+  Progress::instance().wait([&] {
+    return really_done() || sticky_error(index) != cudaSuccess;
+  });
+  return sticky_error(index);
 }
 
 bool Runtime::stream_idle(const StreamRef& stream) {
@@ -269,12 +314,16 @@ std::vector<StreamRef> Runtime::streams_of(int index) {
 }
 
 cudaError_t Runtime::synchronize_device(int index) {
+  VirtualNs end = 0;
   for (const StreamRef& stream : streams_of(index)) {
-    cudaError_t status = wait(stream, stream->tail());
+    Position tail = stream->tail();
+    cudaError_t status = wait_really(stream, tail.index);
     if (status != cudaSuccess) {
       return status;
     }
+    end = std::max(end, tail.end);
   }
+  Timing::get().reach(end);
   return cudaSuccess;
 }
 

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -84,26 +85,44 @@ class Runtime {
   cudaError_t submit(const StreamRef& stream, Op op);
   // Appends without the capture check (the caller holds the capture lock or
   // knows the stream does not capture). Returns the position.
-  uint64_t append(const StreamRef& stream, Op op);
+  Position append(const StreamRef& stream, Op op);
 
-  // Host-side waits; they return a sticky error if one occurs meanwhile.
-  cudaError_t wait(const StreamRef& stream, uint64_t position);
+  // Host-side waits; they return a sticky error if one occurs meanwhile, and
+  // move the thread's virtual clock to the end of the work waited for.
+  cudaError_t wait(const StreamRef& stream, Position position);
+  cudaError_t wait_for(const std::shared_ptr<Timestamp>& marker, int device);
   cudaError_t synchronize_stream(const StreamRef& stream);
   cudaError_t synchronize_device(int device);
   cudaError_t synchronize_all();
   bool stream_idle(const StreamRef& stream);
+  // When everything appended to `stream` so far ends in virtual time (for
+  // the legacy stream, with the blocking streams it synchronises with).
+  VirtualNs stream_end(const StreamRef& stream);
+
+  // What a query (cudaEventQuery, cudaStreamQuery, cudaEventElapsedTime) of
+  // work ending at `end` answers: by virtual time, so that a program's
+  // choices do not depend on how fast the simulation runs. Work the host's
+  // clock has passed is complete: if its worker is still running it, the
+  // query waits for it, unless a host function is queued or running
+  // somewhere (its time is not modelled, and it may wait for this very
+  // thread, as a test's gate does): then the real state answers.
+  cudaError_t observe(VirtualNs end, const std::function<bool()>& really_done, int device);
+  void host_function_queued() { host_functions_.fetch_add(1); }
+  void host_function_done() { host_functions_.fetch_sub(1); }
 
   std::vector<StreamRef> streams_of(int device);
 
  private:
   Runtime();
   StreamRef per_thread_stream(int device);
+  cudaError_t wait_really(const StreamRef& stream, uint64_t index);
 
   std::vector<std::unique_ptr<Device>> devices_;
   PinnedHost pinned_;
   std::mutex handles_mutex_;
   std::unordered_set<cudaStream_t> streams_;
   std::unordered_set<cudaEvent_t> events_;
+  std::atomic<int> host_functions_{0};  // queued or running
 };
 
 } // namespace lms_sim

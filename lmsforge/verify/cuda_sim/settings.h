@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace lms_sim {
 
@@ -16,6 +17,7 @@ struct Settings {
   uint64_t max_delay_us;       // LMS_SIM_MAX_DELAY_US, the longest random delay, default 3000
   double spin_scale;           // LMS_SIM_SPIN_SCALE, factor on "sleep" kernel durations, default 1
   bool trace;                  // LMS_SIM_TRACE=1: one stderr line per executed operation
+  std::string calibration_file;  // LMS_SIM_CALIBRATION: costs that override the H100's
 };
 
 // Read on first use; a malformed variable aborts naming it (a silently

@@ -3,8 +3,10 @@
 #include "runtime.h"
 #include "settings.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <thread>
+#include <tuple>
 
 namespace lms_sim {
 
@@ -91,10 +93,20 @@ bool StreamState::blocking() const {
       (kind == StreamKind::kCreated && (flags & cudaStreamNonBlocking) == 0);
 }
 
-uint64_t StreamState::push(Op op) {
+Position StreamState::push(Op op) {
   std::lock_guard<std::mutex> guard(mutex_);
+  // The engines of the device whose memory the work touches (a copy's).
+  std::tie(op.virtual_start, op.virtual_end) =
+      Timing::get().schedule(op.device, op.work, std::max(virtual_tail_, op.not_before));
+  virtual_tail_ = op.virtual_end;
+  if (op.stamp) {
+    op.stamp->virtual_end = op.virtual_end;
+  }
+  if (op.kind == OpKind::kHostFunc) {
+    Runtime::get().host_function_queued();
+  }
   queue_.push_back(std::move(op));
-  uint64_t position = ++appended_;
+  Position position{++appended_, virtual_tail_};
   if (!worker_started_) {
     worker_started_ = true;
     std::thread(run_worker, self_.lock()).detach();
@@ -103,9 +115,9 @@ uint64_t StreamState::push(Op op) {
   return position;
 }
 
-uint64_t StreamState::tail() {
+Position StreamState::tail() {
   std::lock_guard<std::mutex> guard(mutex_);
-  return appended_;
+  return Position{appended_, virtual_tail_};
 }
 
 void StreamState::retire() {
@@ -150,8 +162,9 @@ void StreamState::execute(Op& op) {
       std::this_thread::sleep_for(delay);
     }
     if (settings().trace) {
-      std::fprintf(stderr, "lms_cuda_sim: stream %llu: %s\n",
-                   static_cast<unsigned long long>(id), op.what.c_str());
+      std::fprintf(stderr, "lms_cuda_sim: stream %llu: %s [virtual %.3f .. %.3f us]\n",
+                   static_cast<unsigned long long>(id), op.what.c_str(),
+                   op.virtual_start / 1000.0, op.virtual_end / 1000.0);
     }
     ExecContext context{rng_};
     cudaError_t status = op.body(context);
@@ -159,8 +172,10 @@ void StreamState::execute(Op& op) {
       runtime.fault(op, status);
     }
   }
+  if (op.kind == OpKind::kHostFunc) {
+    runtime.host_function_done();
+  }
   if (op.stamp) {
-    op.stamp->when = Clock::now();
     op.stamp->reached.store(true, std::memory_order_release);
   }
   completed_.fetch_add(1, std::memory_order_acq_rel);

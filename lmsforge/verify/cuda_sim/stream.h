@@ -9,6 +9,8 @@
 // amounts before starting it, which reorders work across streams (never
 // within one) and makes a missing wait show up as wrong data.
 
+#include "timing.h"
+
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -23,8 +25,6 @@
 #include <vector>
 
 namespace lms_sim {
-
-using Clock = std::chrono::steady_clock;
 
 // splitmix64: small, seedable, the same sequence on every platform.
 class Rng {
@@ -56,10 +56,11 @@ struct ExecContext {
   Rng& rng;
 };
 
-// A reached marker: the time an event recorded there completed.
+// A marker an event records or a host wait watches: whether the stream
+// really reached it, and when it does in virtual time (timing.h).
 struct Timestamp {
   std::atomic<bool> reached{false};
-  Clock::time_point when;
+  VirtualNs virtual_end = 0;  // set when the operation is appended
 };
 
 struct Op {
@@ -71,6 +72,19 @@ struct Op {
   std::function<cudaError_t(ExecContext&)> body;
   std::vector<Dependency> waits;
   std::shared_ptr<Timestamp> stamp;  // event records
+  // Virtual time: what the operation occupies, the earliest it may start
+  // (the ends of everything it waits for, whether or not they really ended
+  // yet), and when it runs, set when it is appended.
+  Work work;
+  VirtualNs not_before = 0;
+  VirtualNs virtual_start = 0;
+  VirtualNs virtual_end = 0;
+};
+
+// A stream position and when it is reached in virtual time.
+struct Position {
+  uint64_t index = 0;
+  VirtualNs end = 0;
 };
 
 enum class StreamKind { kLegacy, kPerThread, kCreated };
@@ -101,14 +115,14 @@ class StreamState {
   // Synchronises with the legacy stream (created without cudaStreamNonBlocking).
   bool blocking() const;
 
-  // Appends an operation; returns its position.
-  uint64_t push(Op op);
+  // Appends an operation and schedules it in virtual time; returns its position.
+  Position push(Op op);
   // The position of the last operation appended.
-  uint64_t tail();
+  Position tail();
   bool reached(uint64_t position) const {
     return completed_.load(std::memory_order_acquire) >= position;
   }
-  bool idle() { return reached(tail()); }
+  bool idle() { return reached(tail().index); }
   // The worker leaves once the queue is empty (cudaStreamDestroy).
   void retire();
 
@@ -126,6 +140,7 @@ class StreamState {
   std::condition_variable work_;
   std::deque<Op> queue_;
   uint64_t appended_ = 0;
+  VirtualNs virtual_tail_ = 0;  // when the last operation appended ends
   std::atomic<uint64_t> completed_{0};
   bool worker_started_ = false;
   bool retired_ = false;

@@ -3,8 +3,10 @@ CUDA runtime (``verify/cuda_sim``), run once per seed of its adversarial schedul
 benchmarks in their short mode, whose data checks must pass (``docs/core-sim.md``).
 
 A seed fixes the random delays of every stream, so a failure names its seed and the command
-that replays it. Nothing here is a GPU result: the facts say ``simulated`` and the benchmark
-figures are host timings of a simulated device.
+that replays it. Nothing here is a GPU result: the facts say ``simulated``, and the benchmark
+figures they carry (bound efficiency per k, LMS/raw copy ratio per size) are times of the
+simulator's timing model, calibrated on an H100 (``cuda_sim/README.md``): deterministic, and
+never a measurement of a GPU.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from lmsforge.errors import CheckFailed
 from lmsforge.verify.levels import FAIL, MAX_FAILURES_NAMED, PASS, LevelContext, LevelResult, Timer
@@ -49,10 +51,33 @@ class BenchRun(NamedTuple):
     problem: str
     result: Path
     seconds: float
+    figures: dict[str, Any] | None = None  # simulated_figures() of the result
 
     def to_json(self) -> dict[str, object]:
         return {"ok": not self.problem, "problem": self.problem, "result": str(self.result),
-                "seconds": round(self.seconds, 1), "simulated": True}
+                "seconds": round(self.seconds, 1), "simulated": True,
+                "figures": self.figures or {}}
+
+
+def simulated_figures(data: dict[str, Any]) -> dict[str, Any]:
+    """What a benchmark result says about LMS, in the simulator's virtual time: bound efficiency
+    per k (oversubscription), or the LMS/raw ratio and raw throughput per size (copy engine)."""
+    timing = data.get("timing", {})
+    figures: dict[str, Any] = {
+        "simulated": True, "clock": timing.get("clock"),
+        "calibration": timing.get("calibration", {}).get("name")}
+    rows = data.get("results", [])
+    if data.get("benchmark") == "oversubscription":
+        figures["bound_efficiency"] = {str(row["k"]): round(row["bound_efficiency"], 4)
+                                       for row in rows}
+        figures["lms_step_ms"] = {str(row["k"]): round(row["lms"]["step_ms"], 4) for row in rows}
+    else:
+        for key in ("ratio_out", "ratio_in"):
+            figures[key] = {str(row["size"]): round(row[key], 4) for row in rows}
+        for key in ("raw_d2h", "raw_h2d"):
+            figures[f"{key}_gbps"] = {str(row["size"]): round(row[key]["gbps"], 3)
+                                      for row in rows}
+    return figures
 
 
 def env_for(seed: int) -> dict[str, str]:
@@ -107,7 +132,7 @@ def run_benchmark(binary: Path, name: str, seed: int, work_dir: Path) -> BenchRu
     if data.get("data_ok") is not True or data.get("simulated") is not True:
         return BenchRun(name, f"{result.name} does not report checked data from the "
                               f"simulator", result, timer.seconds)
-    return BenchRun(name, "", result, timer.seconds)
+    return BenchRun(name, "", result, timer.seconds, simulated_figures(data))
 
 
 def last_message(lines: Sequence[str]) -> str:
@@ -175,6 +200,11 @@ def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.
     detail = f"{passed} CUDA tests passed under each of {len(runs)} seeds"
     if bench_runs:
         detail += "; both benchmarks' data checks passed"
+        efficiency = next((run.figures["bound_efficiency"] for run in bench_runs
+                           if run.figures and "bound_efficiency" in run.figures), {})
+        if efficiency:
+            values = " ".join(f"{value:.2f}" for value in efficiency.values())
+            detail += f"; simulated bound efficiency {values} at k = {' '.join(efficiency)}"
     else:
         detail += f"; benchmarks not built: {no_benchmarks}"
         facts["benchmarks_not_built"] = no_benchmarks

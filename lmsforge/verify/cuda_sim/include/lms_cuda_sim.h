@@ -17,12 +17,29 @@ extern "C" {
 // returns cudaErrorIllegalAddress where a real kernel would fault.
 typedef cudaError_t (*lmsSimKernelFn)(void* args);
 
-// Queues `fn` on `stream` as a kernel named `name`: it runs in stream order
-// on the simulated device, with the adversarial delays, and a fault poisons
-// the context as a real one does. `args` (`args_bytes` of them) are copied at
-// launch, as kernel arguments are.
+// What the kernel would do on the GPU, for its duration in virtual time:
+// the longest of its memory traffic at the device's memory bandwidth, its
+// 32-bit integer ALU operations at the device's ALU rate (the calibration
+// table, lmsforge/verify/cuda_sim/README.md), and a time it asks for.
+typedef struct {
+  double memory_bytes;
+  double alu_ops;
+  double requested_ns;
+} lmsSimKernelWork;
+
+// Queues `fn` on `stream` as a kernel named `name` that does `work` (NULL:
+// it takes no device time): it runs in stream order on the simulated device,
+// with the adversarial delays, and a fault poisons the context as a real one
+// does. `args` (`args_bytes` of them) are copied at launch, as kernel
+// arguments are.
 cudaError_t lmsSimLaunchHostKernel(cudaStream_t stream, const char* name, lmsSimKernelFn fn,
-                                   const void* args, size_t args_bytes);
+                                   const void* args, size_t args_bytes,
+                                   const lmsSimKernelWork* work);
+
+// The timing model's calibration table in effect, as a JSON object (its
+// name, the override file if any, every value with its unit and source):
+// what results timed on the simulator were computed with.
+const char* lmsSimCalibration(void);
 
 // Where a host kernel reaches [ptr, ptr + bytes) of live device memory, or
 // NULL when that range is not allocated. Only valid inside a host kernel.
