@@ -134,8 +134,9 @@ def test_raw_copies_take_the_calibrated_time(copy_runs: list[dict[str, Any]]):
                       row["size"] / table[f"{direction}_gbps"] / 1e3)
             least_ms = row["count"] * one_us / 1e3
             most_ms = least_ms + table["memcpy_call_us"] / 1e3
+            # The JSON holds 6 significant digits: up to 5e-6 of the value either way.
             measured = row[key]["median_ms"]
-            assert least_ms * (1 - 1e-6) <= measured <= most_ms * (1 + 1e-6), (key, row["size"])
+            assert least_ms * (1 - 1e-5) <= measured <= most_ms * (1 + 1e-5), (key, row["size"])
 
 
 def test_oversubscription_reports_simulated_bound_efficiency_per_k(
