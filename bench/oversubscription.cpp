@@ -29,6 +29,11 @@
 #include <c10/cuda/CUDALargeModelSupport.h>
 #include <c10/cuda/CUDAStream.h>
 
+// A series without the policies ahead of need (issue 15) reports no policy statistics.
+#if __has_include(<c10/core/LargeModelSupportPolicy.h>)
+#define LMS_BENCH_POLICY_STATS 1
+#endif
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -142,6 +147,10 @@ struct StepTimes {
   std::vector<double> step_ms, forward_ms, backward_ms;
   int64_t out_bytes = 0;  // per step, from the LMS counters (the last step)
   int64_t in_bytes = 0;
+#ifdef LMS_BENCH_POLICY_STATS
+  // What LMS's policies ahead of need did in the last step (where time went).
+  c10::lms::PolicyCounters policy;
+#endif
   int64_t reserved_peak = 0;
   std::vector<uint32_t> grad;  // the final gradient, for the checks
 };
@@ -149,6 +158,28 @@ struct StepTimes {
 int64_t aggregate(const c10::CachingDeviceAllocator::StatArray& stat) {
   return stat[static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE)].peak;
 }
+
+#ifdef LMS_BENCH_POLICY_STATS
+c10::lms::PolicyCounters policy_delta(const c10::lms::PolicyCounters& before,
+                                      const c10::lms::PolicyCounters& after) {
+  c10::lms::PolicyCounters delta;
+  for (auto field : {&c10::lms::PolicyCounters::paged_out_ahead,
+                     &c10::lms::PolicyCounters::paged_out_ahead_bytes,
+                     &c10::lms::PolicyCounters::page_out_waits,
+                     &c10::lms::PolicyCounters::clean_reclaims,
+                     &c10::lms::PolicyCounters::clean_reclaimed_bytes,
+                     &c10::lms::PolicyCounters::prefetched,
+                     &c10::lms::PolicyCounters::prefetched_bytes,
+                     &c10::lms::PolicyCounters::prefetch_hits,
+                     &c10::lms::PolicyCounters::prefetch_misses,
+                     &c10::lms::PolicyCounters::prefetch_wasted,
+                     &c10::lms::PolicyCounters::prefetch_wasted_bytes,
+                     &c10::lms::PolicyCounters::page_in_wait_us}) {
+    delta.*field = after.*field - before.*field;
+  }
+  return delta;
+}
+#endif
 
 StepTimes run_loop(const Settings& s, int layers, size_t bytes) {
   const c10::DeviceIndex device = static_cast<c10::DeviceIndex>(s.device);
@@ -199,6 +230,12 @@ StepTimes run_loop(const Settings& s, int layers, size_t bytes) {
     auto after = Caching::getDeviceStats(device);
     times.out_bytes = after.reclaimed_bytes - before.reclaimed_bytes;
     times.in_bytes = after.paged_in_bytes - before.paged_in_bytes;
+#ifdef LMS_BENCH_POLICY_STATS
+    // Bytes copied out: a clean page-out (the host copy was current) copies nothing.
+    times.out_bytes -= after.lms_policy.clean_reclaimed_bytes -
+        before.lms_policy.clean_reclaimed_bytes;
+    times.policy = policy_delta(before.lms_policy, after.lms_policy);
+#endif
     if (step >= 0) {
       times.step_ms.push_back(step_ms);
       times.forward_ms.push_back(forward_ms);
@@ -285,6 +322,20 @@ void write_times(Json& json, const std::string& key, const StepTimes& t) {
   json.field("out_bytes_per_step", static_cast<long long>(t.out_bytes));
   json.field("in_bytes_per_step", static_cast<long long>(t.in_bytes));
   json.field("reserved_peak_bytes", static_cast<long long>(t.reserved_peak));
+#ifdef LMS_BENCH_POLICY_STATS
+  json.begin_object("policy");
+  json.field("paged_out_ahead", static_cast<long long>(t.policy.paged_out_ahead));
+  json.field("paged_out_ahead_bytes", static_cast<long long>(t.policy.paged_out_ahead_bytes));
+  json.field("page_out_waits", static_cast<long long>(t.policy.page_out_waits));
+  json.field("clean_reclaims", static_cast<long long>(t.policy.clean_reclaims));
+  json.field("clean_reclaimed_bytes", static_cast<long long>(t.policy.clean_reclaimed_bytes));
+  json.field("prefetched", static_cast<long long>(t.policy.prefetched));
+  json.field("prefetch_hits", static_cast<long long>(t.policy.prefetch_hits));
+  json.field("prefetch_misses", static_cast<long long>(t.policy.prefetch_misses));
+  json.field("prefetch_wasted", static_cast<long long>(t.policy.prefetch_wasted));
+  json.field("page_in_wait_us", static_cast<long long>(t.policy.page_in_wait_us));
+  json.end_object();
+#endif
   json.begin_array("step_samples_ms");
   for (double sample : t.step_ms) {
     json.value(sample);

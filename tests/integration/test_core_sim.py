@@ -33,7 +33,12 @@ EXPECTED_FAILURES = {
     "drop-record-stream-wait.patch": {"LargeModelSupportCudaTest.PageOutWaitsForRecordStreamUses",
                                       "LargeModelSupportCudaTest."
                                       "PageOutWaitsForAKernelReadingOnAnotherStream"},
-    "drop-page-in-wait.patch": {"LargeModelSupportCudaTest.ReclaimsUnderTheLimitAndKeepsData"},
+    "drop-page-in-wait.patch": {"LargeModelSupportCudaTest.ReclaimsUnderTheLimitAndKeepsData",
+                                "LargeModelSupportCudaTest."
+                                "APrefetchedStorageIsWaitedForByItsFirstUser"},
+    # A page-out started ahead of need gives its block back before its copy finished.
+    "skip-page-out-ahead-wait.patch": {"LargeModelSupportCudaTest."
+                                       "AnAllocationRacingAPageOutAheadWaitsForItsCopy"},
 }
 
 # tag -> (exit code, {level: result}) of one `lmsforge verify` per session
@@ -88,6 +93,9 @@ def test_the_series_passes_core_sim_under_20_seeds(real_cache_dir: Path,
     assert "simulated bound efficiency" in sim["detail"]
     ratios = sim["facts"]["benchmarks"]["copy-engine"]["figures"]["ratio_out"]
     assert set(ratios) == {str(size << 10) for size in (4, 64, 1024, 16384)}
+    # A page-out moves the bytes a raw copy moves: faster means it copied nothing (the benchmark's
+    # storages must be written between repeats, or clean reclaim skips their copies).
+    assert all(ratio <= 1.05 for ratio in ratios.values()), ratios
 
 
 @pytest.fixture(scope="module")
