@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fixtures import git, lmsforge, one_line_error, snapshot
+from fixtures import ENV, git, lmsforge, one_line_error, snapshot
 from port_helpers import (cli, kill_count, lmsforge_process, port, printed_commands,
                           reexport_on_git, resolve_storage, run_pasted, start, start_args,
                           stop_line)
@@ -113,7 +113,9 @@ def test_f1_a_hand_commit_counts_once_it_carries_the_patch_trailer(git_series, t
     assert "lacks the trailer `Lms-Patch-Id: storage-hook`" in line
     amend = re.search(r"`(git -C \S+ commit --amend --no-edit -C [0-9a-f]+)`", line)
     assert amend, line
-    subprocess.run(shlex.split(amend.group(1)), check=True, capture_output=True)
+    # Pasted as a user with a git identity would (CI's HOME may have none).
+    subprocess.run(shlex.split(amend.group(1)), check=True, capture_output=True,
+                   env={**os.environ, **ENV})
     done = port(git_series, into, "--continue")
     assert done.exit_code == 0, done.output
     assert "| storage-hook | 0030-storage-hook.patch | resolved |" in report(git_series, "v2.0.0")
