@@ -1,6 +1,9 @@
+import dataclasses
+import json
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -88,3 +91,57 @@ def core_package_builds(tmp_path_factory: pytest.TempPathFactory,
     work = tmp_path_factory.mktemp("readme")
     return work, run_builds(work)
 
+
+
+# 20 seeds took 532 s of CI's 45 minutes for the two series; 6 take ~160 s. The series owners
+# run 20 (`lmsforge verify --level core-sim --sim-seeds 20`).
+CORE_SIM_SEEDS = 6
+
+
+# The highest level CI can run per framework (TensorFlow has no simulated-CUDA level).
+CI_LEVEL = {"pytorch": "core-sim", "tensorflow": "core-cpu"}
+
+
+@dataclasses.dataclass
+class Verification:
+    """One `lmsforge verify` of a bundled series up to CI_LEVEL: its report entry."""
+
+    exit_code: int
+    output: str
+    entry: dict
+    levels: dict[str, dict]
+
+
+_verifications: dict[tuple[str, str], Verification] = {}
+
+
+@pytest.fixture(scope="session")
+def bundled_verification(tmp_path_factory: pytest.TempPathFactory,
+                         real_cache_dir: Path) -> Callable[[str, str], Verification]:
+    """`lmsforge verify --level CI_LEVEL` of the bundled series (FRAMEWORK, TAG) in the shared
+    real cache, run once per session.
+
+    That one run goes through every level CI can run for the series (apply, compile, core-cpu,
+    and core-sim for PyTorch), so the tests that check those levels on a bundled series
+    (test_core_sim, test_bundled_series, test_pytorch_codegen,
+    test_declared_inputs_cover_builds) read its report and its tree and build folders instead
+    of building the same tree again.
+    """
+    from fixtures import lmsforge
+
+    def verify(framework: str, tag: str) -> Verification:
+        key = (framework, tag)
+        if key not in _verifications:
+            report = tmp_path_factory.mktemp("verify-report") / "verify.json"
+            extra = ["--sim-seeds", str(CORE_SIM_SEEDS)] if framework == "pytorch" else []
+            result = lmsforge("--cache-dir", str(real_cache_dir), "verify", "--framework",
+                              framework, "--tag", tag, "--level", CI_LEVEL[framework], *extra,
+                              "--report", str(report))
+            print(result.stdout)
+            assert report.is_file(), result.output
+            (entry,) = json.loads(report.read_text())["series"]
+            _verifications[key] = Verification(result.exit_code, result.output, entry,
+                                               {r["level"]: r for r in entry["results"]})
+        return _verifications[key]
+
+    return verify

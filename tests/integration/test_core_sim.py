@@ -1,13 +1,16 @@
-"""Level core-sim on the real PyTorch series (slow: real builds, many seeds).
+"""Every PyTorch series through every level CI can run, ending at core-sim (slow: real builds,
+several seeds).
 
 The unchanged CUDA tests and both benchmarks run against lmsforge's simulated CUDA runtime.
-Every PyTorch series must pass `lmsforge verify --level core-sim` under several seeds (6 in CI,
-for its time budget; the series owners run 20) with every test running; and each mutation that removes a wait the CUDA backend needs must make the level fail
-by wrong data (failed assertions), not by a crash.
+Every PyTorch series must pass `lmsforge verify --level core-sim` (apply, compile, core-cpu,
+core-sim) under several seeds (conftest.CORE_SIM_SEEDS in CI, for its time budget; the series
+owners run 20) with every test running; and each mutation that removes a wait the CUDA backend
+needs must make the level fail by wrong data (failed assertions), not by a crash.
 
-The CLI runs share the verify build folder of the real cache with test_bundled_series.py, and
-the mutations share its git worktree and build folder, so c10 and c10_cuda are compiled once;
-core-sim adds the simulator and relinks.
+The one verify run per series (conftest.bundled_verification) is also what
+test_pytorch_codegen and test_declared_inputs_cover_builds read; the mutations share a git
+worktree and build folder with test_bundled_series and test_sim_timing, so c10 and c10_cuda are
+compiled once per tree; core-sim adds the simulator and relinks.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import lmsforge
+from conftest import CORE_SIM_SEEDS
+from lmsforge import series as series_mod
 from lmsforge.frameworks import pytorch
 from lmsforge.verify.levels import FAIL, PASS, LevelContext, LevelResult
 
@@ -26,7 +30,6 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 MUTATIONS = REPO / "tests" / "data" / "mutations" / "pytorch-v2.6.0-sim"
-SERIES_SEEDS = 6  # 20 seeds took 532 s of CI's 45 minutes for the two series; 6 take ~160 s
 MUTATION_SEEDS = 2
 # The tests that see the data a mutation corrupts (both mutations make more tests fail).
 EXPECTED_FAILURES = {
@@ -41,39 +44,32 @@ EXPECTED_FAILURES = {
                                        "AnAllocationRacingAPageOutAheadWaitsForItsCopy"},
 }
 
-# tag -> (exit code, {level: result}) of one `lmsforge verify` per session
-_verified: dict[str, tuple[int, dict[str, dict]]] = {}
-
-
-def _verify(real_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory,
-            tag: str) -> tuple[int, dict[str, dict]]:
-    """`lmsforge verify --level core-sim` of the bundled series, once per session."""
-    if tag not in _verified:
-        report = tmp_path_factory.mktemp("core-sim-report") / "verify.json"
-        result = lmsforge("--cache-dir", str(real_cache_dir), "verify", "--framework",
-                          "pytorch", "--tag", tag, "--level", "core-sim", "--sim-seeds",
-                          str(SERIES_SEEDS), "--report", str(report))
-        print(result.stdout)
-        assert report.is_file(), result.output
-        (entry,) = json.loads(report.read_text())["series"]
-        _verified[tag] = (result.exit_code, {r["level"]: r for r in entry["results"]})
-    return _verified[tag]
-
 
 @pytest.mark.parametrize("tag", ["v2.6.0", "v1.13.1"])
-def test_the_series_passes_core_sim_under_several_seeds(real_cache_dir: Path,
-                                                   tmp_path_factory: pytest.TempPathFactory,
-                                                   tag: str) -> None:
-    exit_code, levels = _verify(real_cache_dir, tmp_path_factory, tag)
+def test_the_series_passes_every_level_to_core_sim_under_several_seeds(
+        bundled_verification, tag: str) -> None:
+    run = bundled_verification("pytorch", tag)
+    levels = run.levels
     sim = levels["core-sim"]
-    assert exit_code == 0, sim["detail"]
+    assert run.exit_code == 0, sim["detail"]
     assert [levels[name]["status"] for name in ("apply", "compile", "core-cpu", "core-sim")] == \
         [PASS] * 4
+    # What CI proves for every series on its real tree: the series it verified is the bundled
+    # one; the design's budget for the rebase surface; c10 + c10_cuda compile; the CPU core
+    # tests pass.
+    assert run.entry["series_hash"] == \
+        series_mod.load(REPO / "patches" / "pytorch" / tag).content_hash()
+    assert levels["apply"]["facts"]["upstream_lines"] <= 400
+    assert levels["compile"]["facts"]["tus"] >= 70
+    core_cpu = levels["core-cpu"]
+    assert core_cpu["facts"]["tests_passed"] > 0 and core_cpu["facts"]["tests_failed"] == 0
+    assert "tests passed" in core_cpu["detail"]
+
     seeds = sim["facts"]["seeds"]
-    assert [run["seed"] for run in seeds] == list(range(1, SERIES_SEEDS + 1))
-    for run in seeds:
-        assert run["ok"] and run["failed"] == 0 and run["skipped"] == 0, run
-        assert run["passed"] == seeds[0]["passed"] > 0
+    assert [seed_run["seed"] for seed_run in seeds] == list(range(1, CORE_SIM_SEEDS + 1))
+    for seed_run in seeds:
+        assert seed_run["ok"] and seed_run["failed"] == 0 and seed_run["skipped"] == 0, seed_run
+        assert seed_run["passed"] == seeds[0]["passed"] > 0
     assert sim["facts"]["simulated"] is True and sim["facts"]["gpu"] is False
     assert "not a GPU result" in sim["detail"]
     if tag == "v1.13.1":  # the benchmarks follow c10's 2.x statistics API
@@ -110,11 +106,11 @@ def mutated_tree(pytorch_v260_lms_tree: Path, tmp_path_factory: pytest.TempPathF
 
 @pytest.mark.parametrize("mutation", sorted(p.name for p in MUTATIONS.glob("*.patch")))
 def test_a_missing_wait_fails_core_sim_with_wrong_data(
-        real_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory, mutated_tree: Path,
+        bundled_verification, tmp_path_factory: pytest.TempPathFactory, mutated_tree: Path,
         mutation: str) -> None:
     # Meaningful only when the unmutated series passes.
-    _, levels = _verify(real_cache_dir, tmp_path_factory, "v2.6.0")
-    assert levels["core-sim"]["status"] == PASS, levels["core-sim"]["detail"]
+    sim = bundled_verification("pytorch", "v2.6.0").levels["core-sim"]
+    assert sim["status"] == PASS, sim["detail"]
     subprocess.run(["git", "apply", str(MUTATIONS / mutation)], cwd=mutated_tree, check=True)
     ctx = LevelContext("pytorch", "v2.6.0", mutated_tree, "v2.6.0",
                        tmp_path_factory.getbasetemp() / "pt260-mutated-build",

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
-from fixtures import lmsforge
+from conftest import REPO_ROOT, Verification
 from lmsforge import git, inputs, upstream
 from lmsforge.cache import Cache
 from lmsforge.verify.pytorch_codegen import inputs as codegen_inputs, torchgen, units
@@ -32,11 +31,11 @@ TOOLCHAIN = re.compile(r"(libstdc\+\+-\d+-dev|libgcc-\d+-dev|libc6-dev|linux-lib
                        r"libcrypt-dev)(:\w+)?")
 
 
-def verified_tree(cache: Path, framework: str, tag: str) -> tuple[Path, Path, str]:
-    """Run the levels (incremental in the shared cache); return tree, work folder, base."""
-    result = lmsforge("--cache-dir", str(cache), "verify", "-f", framework, "-t", tag,
-                      "--level", "core-cpu")
-    assert result.exit_code == 0, result.output
+def verified_tree(verification: Verification, cache: Path, framework: str,
+                  tag: str) -> tuple[Path, Path, str]:
+    """The tree, work folder and base of the session's verify run of the series (conftest), which
+    built every level CI runs in the shared cache."""
+    assert verification.exit_code == 0, verification.output
     identity = upstream.recorded(Cache(cache), framework, tag)
     base = identity["archive"]["commit"]
     return (cache / "trees" / framework / tag, cache / "builds" / framework / tag / "verify",
@@ -98,8 +97,9 @@ def undeclared(headers: set[Path], framework: str, level: str, cache: Path,
     return problems
 
 
-def test_pytorch_levels_read_only_declared_inputs(real_cache_dir):
-    tree, work, base = verified_tree(real_cache_dir, "pytorch", "v2.6.0")
+def test_pytorch_levels_read_only_declared_inputs(real_cache_dir, bundled_verification):
+    tree, work, base = verified_tree(bundled_verification("pytorch", "v2.6.0"), real_cache_dir,
+                                     "pytorch", "v2.6.0")
     build_dir = work / "c10-build"
     c10_headers = ninja_deps(build_dir)
     assert any("cuda_runtime" in h.name for h in c10_headers)  # the deps cover c10_cuda
@@ -123,8 +123,9 @@ def test_pytorch_levels_read_only_declared_inputs(real_cache_dir):
                       [tree, build_dir, generated]) == []
 
 
-def test_tensorflow_levels_read_only_declared_inputs(real_cache_dir):
-    tree, work, base = verified_tree(real_cache_dir, "tensorflow", "v2.14.1")
+def test_tensorflow_levels_read_only_declared_inputs(real_cache_dir, bundled_verification):
+    tree, work, base = verified_tree(bundled_verification("tensorflow", "v2.14.1"),
+                                     real_cache_dir, "tensorflow", "v2.14.1")
     wheel = tf_inputs.include_dir(tf_inputs.unpacked_wheel(real_cache_dir))
     touched = [line for line in git.out(["diff", "--name-only", "--diff-filter=AM",
                                          f"{base}..HEAD"], tree).splitlines() if line]

@@ -1,5 +1,8 @@
 """PyTorch's `compile` level on the real patched v2.6.0 tree: torchgen, the pin guard in every
-CUDA wrapper, the touched translation units (slow: torchgen and g++ on real sources)."""
+CUDA wrapper, the touched translation units (slow: torchgen and g++ on real sources).
+
+The level's verdict on the bundled series is read from the session's one verify run of it
+(conftest.bundled_verification); the mutation runs the codegen check on a clone."""
 
 from __future__ import annotations
 
@@ -9,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from lmsforge.cache import default_cache_dir
-from lmsforge.frameworks import pytorch
-from lmsforge.verify.levels import PASS, LevelContext
+from lmsforge.verify.levels import PASS
 from lmsforge.verify.pytorch_codegen import check as codegen_check
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,14 +37,12 @@ def _base(tree: Path) -> str:
                           text=True, check=True).stdout.strip()
 
 
-def test_compile_level_checks_guards_and_compiles_touched_units(
-        pytorch_v260_lms_tree: Path, tmp_path: Path) -> None:
-    lines: list[str] = []
-    ctx = LevelContext("pytorch", "v2.6.0", pytorch_v260_lms_tree, _base(pytorch_v260_lms_tree),
-                       tmp_path / "work", say=lines.append)
-    result = pytorch.run_level("compile", ctx)
-    assert result.status == PASS, result.detail
-    facts = result.facts
+def test_compile_level_checks_guards_and_compiles_touched_units(bundled_verification) -> None:
+    # The compile level of the one verify run of the bundled series (conftest).
+    run = bundled_verification("pytorch", "v2.6.0")
+    result = run.levels["compile"]
+    assert result["status"] == PASS, result["detail"]
+    facts = result["facts"]
     # v2.6.0 has 561 unstructured wrappers with a DeviceGuard and 654 structured op classes.
     assert facts["guarded_unstructured"] >= 561
     assert facts["guarded_structured"] == 654
@@ -50,8 +50,9 @@ def test_compile_level_checks_guards_and_compiles_touched_units(
     assert set(facts["syntax_tus"]) == EXPECTED_TUS
     assert all(tu["ok"] for tu in facts["syntax_tus"].values())
     assert facts["python_files"] >= 6
-    assert any("pin guard:" in line and "structured" in line for line in lines)
-    assert "unstructured" in result.detail and "8 of 8 touched TUs" in result.detail
+    assert any("pin guard:" in line and "structured" in line
+               for line in run.output.splitlines())
+    assert "unstructured" in result["detail"] and "8 of 8 touched TUs" in result["detail"]
 
 
 def test_dropping_the_structured_guard_fails_the_level(
