@@ -97,6 +97,13 @@ def undeclared(headers: set[Path], framework: str, level: str, cache: Path,
     return problems
 
 
+@pytest.fixture(autouse=True)
+def shared_cache(real_cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helpers that locate inputs (wheels, headers) read the cache from the environment:
+    point it at the shared cache the verify runs built in."""
+    monkeypatch.setenv("LMSFORGE_CACHE_DIR", str(real_cache_dir))
+
+
 def test_pytorch_levels_read_only_declared_inputs(real_cache_dir, bundled_verification):
     tree, work, base = verified_tree(bundled_verification("pytorch", "v2.6.0"), real_cache_dir,
                                      "pytorch", "v2.6.0")

@@ -72,10 +72,11 @@ def test_pytorch_levels_pass_with_the_toolkit_hidden(real_cache_dir, tmp_path):
                        "v2.6.0")
     assert fetched.exit_code == 0, fetched.output
     # A cache of its own (its build must not flip the shared one between CUDA roots), sharing
-    # the downloaded archive and wheels.
+    # the downloaded archive and wheels, and the git import of the archive with its identity
+    # (made by the fetch above; importing it again would add a minute and prove nothing here).
     cache = tmp_path / "cache"
     cache.mkdir()
-    for shared in ("archives", "build-inputs"):
+    for shared in ("archives", "build-inputs", "repos", "identities"):
         (cache / shared).symlink_to(real_cache_dir / shared)
     report = tmp_path / "report.json"
     command = [sys.executable, "-m", "lmsforge", "--cache-dir", str(cache), "verify", "-f",
