@@ -1,3 +1,3 @@
-from lmsforge.cli import main
+from lmsforge.cli import run
 
-main()
+run()

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import click
 
-from lmsforge import __version__, ui
+from lmsforge import __version__, native_exit, ui
 from lmsforge.credentials import redact
 from lmsforge.errors import EXIT_FAILED, EXIT_USAGE, LmsforgeError
 from lmsforge.options import Options
@@ -454,9 +454,11 @@ refuse_empty_values(main)
 
 
 def run() -> None:
+    """The `lmsforge` program (console script and `python -m lmsforge`)."""
     try:
         main(standalone_mode=True)
-    except SystemExit:
-        raise
+    except SystemExit as exc:
+        native_exit.finish(exc.code)
     except click.exceptions.Abort:
-        sys.exit(EXIT_USAGE)
+        native_exit.finish(EXIT_USAGE)
+    native_exit.finish(0)

@@ -1,0 +1,52 @@
+"""The lmsforge program ends without the interpreter's teardown once rattler's native runtimes are
+loaded (lmsforge/native_exit.py), and still exits with the command's code, its whole output and
+its atexit clean-up."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from lmsforge import __version__
+
+PROGRAM = textwrap.dedent("""\
+    import atexit, sys
+    atexit.register(lambda: print("clean-up ran", flush=True))
+    if {load_native}:
+        import rattler, rattler_build  # noqa: F401  (their tokio runtimes are what races teardown)
+    sys.argv = ["lmsforge", *{args!r}]
+    from lmsforge.cli import run
+    run()
+    print("not reached")
+""")
+
+
+def _run(args: list[str], *, load_native: bool) -> subprocess.CompletedProcess[str]:
+    program = PROGRAM.format(load_native=load_native, args=args)
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_a_successful_command_keeps_its_output_code_and_clean_up() -> None:
+    for load_native in (False, True):
+        done = _run(["--version"], load_native=load_native)
+        assert done.returncode == 0, done.stderr
+        assert __version__ in done.stdout
+        assert done.stdout.rstrip().endswith("clean-up ran")
+        assert "not reached" not in done.stdout
+
+
+def test_a_failing_command_keeps_its_exit_code_and_one_line_error() -> None:
+    for load_native in (False, True):
+        done = _run(["verify", "-f", "caffe"], load_native=load_native)
+        assert done.returncode == 2, (load_native, done.stdout, done.stderr)
+        assert "unknown framework `caffe`" in done.stderr
+        assert "clean-up ran" in done.stdout
+
+
+def test_the_installed_program_is_the_one_that_skips_teardown() -> None:
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "lmsforge"]
+    assert script.value == "lmsforge.cli:run"
