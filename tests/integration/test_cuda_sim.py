@@ -11,23 +11,28 @@ from pathlib import Path
 
 import pytest
 
+from lmsforge.verify.pytorch_c10 import inputs as c10_inputs
 from lmsforge.verify.pytorch_c10.gtest import parse_gtest_json
 
 pytestmark = pytest.mark.slow
 
 SIM_DIR = Path(__file__).resolve().parents[2] / "lmsforge" / "verify" / "cuda_sim"
-CUDA = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
 SEEDED_ONLY = {"Sim.SeededDelaysReorderWorkAcrossStreams"}
 
 
 @pytest.fixture(scope="module")
-def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not (CUDA / "include" / "cuda_runtime_api.h").is_file() or not shutil.which("cmake"):
-        pytest.skip("needs cmake and the CUDA headers")
+def program(tmp_path_factory: pytest.TempPathFactory, real_cache_dir: Path) -> Path:
+    if not shutil.which("cmake"):
+        pytest.skip("needs cmake")
+    # The CUDA headers the levels use: the host toolkit, else NVIDIA's wheels (named explicitly,
+    # as the levels do: a root made from wheels has no nvcc for CMake to start from).
+    cuda = c10_inputs.ensure_cuda_toolkit(real_cache_dir)
     build = tmp_path_factory.mktemp("cuda-sim-build")
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     subprocess.run(["cmake", *generator, "-S", str(SIM_DIR), "-B", str(build),
-                    f"-DCUDAToolkit_ROOT={CUDA}"], check=True, capture_output=True)
+                    f"-DCUDAToolkit_ROOT={cuda}", f"-DCUDAToolkit_INCLUDE_DIR={cuda / 'include'}",
+                    f"-DCUDA_cudart_LIBRARY={cuda / 'lib64' / 'libcudart.so'}"],
+                   check=True, capture_output=True)
     subprocess.run(["cmake", "--build", str(build), "--parallel", "2", "--target",
                     "lms_cuda_sim_tests"], check=True, capture_output=True)
     return build / "lms_cuda_sim_tests"
