@@ -36,7 +36,10 @@ EXPECTED_FAILURES = {
     "drop-record-stream-wait.patch": {"LargeModelSupportCudaTest.PageOutWaitsForRecordStreamUses",
                                       "LargeModelSupportCudaTest."
                                       "PageOutWaitsForAKernelReadingOnAnotherStream"},
-    "drop-page-in-wait.patch": {"LargeModelSupportCudaTest.ReclaimsUnderTheLimitAndKeepsData",
+    # (ReclaimsUnderTheLimitAndKeepsData saw it too until the policies' defaults changed in
+    # issue 15: a host wait for a page-out now often lets the page-in finish before the read.)
+    "drop-page-in-wait.patch": {"LargeModelSupportCudaTest."
+                                "AStreamNewToAPagedInStorageWaitsForTheCopy",
                                 "LargeModelSupportCudaTest."
                                 "APrefetchedStorageIsWaitedForByItsFirstUser"},
     # A page-out started ahead of need gives its block back before its copy finished.
