@@ -1,6 +1,6 @@
 // The benchmark kernels (kernels.h) for lmsforge's simulated CUDA runtime:
 // the same data effect as kernels.cu, computed on the host by the simulated
-// device's stream worker (lmsforge/verify/cuda_sim/include/lms_cuda_sim.h),
+// device's stream worker (lmsforge/sim/include/lms_cuda_sim.h),
 // and what each would do on the GPU, which sets its duration in the
 // simulator's virtual time: bytes of device memory it moves and 32-bit integer
 // ALU operations it executes.

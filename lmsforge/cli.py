@@ -12,7 +12,7 @@ from typing import Any, Callable
 import click
 
 from lmsforge import __version__, native_exit, ui
-from lmsforge.credentials import redact
+from lmsforge.channel.credentials import redact
 from lmsforge.errors import EXIT_FAILED, EXIT_USAGE, LmsforgeError
 from lmsforge.options import Options
 from lmsforge.verify.levels import DEFAULT_SIM_SEEDS, LEVELS

@@ -1,7 +1,7 @@
 """A private conda channel over HTTP for the tests: the Artifactory protocol on a loopback address.
 
 It serves the folder channel ROOT under ``/<NAME>/`` with a bearer token or basic auth (or none,
-as a public mirror), and ``PUT /<NAME>/<subdir>/<file>`` adds a package with ``channel.publish``
+as a public mirror), and ``PUT /<NAME>/<subdir>/<file>`` adds a package with ``publisher.publish``
 (lock and atomic re-index on the server side), as an Artifactory conda repository does. Every
 request is appended to a JSON-lines log (method, path, status, Authorization header), so a test
 can prove which credentials a server did or did not see.
@@ -99,7 +99,7 @@ def _read_body(handler: BaseHTTPRequestHandler) -> bytes:
 
 
 def serve(root: Path, name: str, host: str, log: Path, ready: Path, accepted: set[str]) -> None:
-    from lmsforge import channel
+    from lmsforge.channel import publisher
     from lmsforge.errors import UsageError
 
     prefix = f"/{name}/"
@@ -152,7 +152,7 @@ def serve(root: Path, name: str, host: str, log: Path, ready: Path, accepted: se
                 upload = Path(folder) / Path(self.path).name
                 upload.write_bytes(body)
                 try:
-                    channel.publish([upload], root)
+                    publisher.publish([upload], root)
                 except UsageError as exc:
                     self._reply(409 if "different contents" in str(exc) else 400,
                                 str(exc).encode())

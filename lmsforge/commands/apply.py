@@ -4,22 +4,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmsforge import frameworks, series as series_mod, ui, upstream, worktree
+from lmsforge import ui
 from lmsforge.errors import UsageError
 from lmsforge.options import Options
+from lmsforge.series import catalogue, manifest as series_mod, worktree
+from lmsforge.upstream import tree as upstream
 
 
 def run(opts: Options, framework: str, tag: str, into: Path | None, source: str,
         archive: Path | None, mirror: str | None, new: bool = False) -> int:
-    sources = frameworks.sources_for(opts.patches_dir, framework)
+    sources = catalogue.sources_for(opts.patches_dir, framework)
     if new:
-        frameworks.check_tag(opts.patches_dir, sources, tag)
+        catalogue.check_tag(opts.patches_dir, sources, tag)
         folder = series_mod.find(opts.patches_dir, framework, tag)
         if (folder / series_mod.MANIFEST).is_file():
             raise UsageError(f"a series for {framework} {tag} exists already; drop --new")
         patches: list[Path] = []
     else:
-        folder = frameworks.series_folder(opts.patches_dir, sources, tag)
+        folder = catalogue.series_folder(opts.patches_dir, sources, tag)
         patches = series_mod.load(folder).paths()
     target = (into or Path.cwd() / f"lms-{framework}-{tag}").absolute()
     with worktree.target_lock(target):

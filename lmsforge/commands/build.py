@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmsforge import (build, build_plan, channel as channel_mod, frameworks, recipes,
-                      series as series_mod, toolchain, ui, upstream)
-from lmsforge.commands.packaging import series_identity
+from lmsforge import ui
+from lmsforge.packaging import plan as build_plan, rattler as build, recipes, toolchain
+from lmsforge.channel import publisher
+from lmsforge.series import catalogue, manifest as series_mod
+from lmsforge.upstream import tree as upstream
+from lmsforge.packaging.identity import series_identity
 from lmsforge.errors import UsageError
 from lmsforge.options import Options
 from lmsforge.verify import apply_level
@@ -20,8 +23,8 @@ from lmsforge.verify import apply_level
 
 def run(opts: Options, framework: str, tag: str, profile: str, platform: str,
         variant_args: list[str], channel: Path, fetch_kwargs: dict[str, object]) -> int:
-    sources = frameworks.sources_for(opts.patches_dir, framework)
-    series = series_mod.load(frameworks.series_folder(opts.patches_dir, sources, tag))
+    sources = catalogue.sources_for(opts.patches_dir, framework)
+    series = series_mod.load(catalogue.series_folder(opts.patches_dir, sources, tag))
     variants = recipes.parse_variant_args(variant_args)
     matrix = recipes.variant_matrix(recipes.load_variants(framework, tag), profile, platform,
                                     variants)
@@ -30,7 +33,7 @@ def run(opts: Options, framework: str, tag: str, profile: str, platform: str,
     plan = build_plan.plan(profile, platform, matrix, toolchain.host_cuda(platform),
                            variants.get("cuda_version", ()))
     channel = channel.resolve()
-    channel_mod.check_publishable(channel)
+    publisher.check_publishable(channel)
     for notice in plan.notices:
         ui.out.print(f"notice: {notice}")
     tools = None
@@ -64,7 +67,7 @@ def run(opts: Options, framework: str, tag: str, profile: str, platform: str,
                              f"({package.size / 1e6:.1f} MB) in {result.seconds:.0f} s")
             for line in result.audit:
                 ui.out.print(f"  audit: {line}")
-            added = channel_mod.publish([p.path for p in result.packages], channel)
+            added = publisher.publish([p.path for p in result.packages], channel)
             published.extend(added.added)
     ui.out.print(f"local channel: {channel} ({len(published)} package(s) added; series hash "
                  f"{identity.series_hash[:12]}, upstream {tree_identity.kind} "

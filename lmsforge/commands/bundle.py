@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmsforge import bundle, frameworks, series as series_mod, ui, upstream
+from lmsforge import ui
 from lmsforge.errors import CheckFailed, UsageError
 from lmsforge.options import Options
-from lmsforge.verify import apply_level
+from lmsforge.series import catalogue, manifest as series_mod
+from lmsforge.upstream import tree as upstream
+from lmsforge.verify import apply_level, bundle
 
 SUPPORTED_FRAMEWORKS = ("pytorch",)
 
@@ -17,8 +19,8 @@ def run(opts: Options, framework: str, tag: str, dest: Path, tarball: bool) -> i
     if framework not in SUPPORTED_FRAMEWORKS:
         raise UsageError(f"lmsforge bundle supports {', '.join(SUPPORTED_FRAMEWORKS)}; "
                          f"{framework} has no GPU level")
-    sources = frameworks.sources_for(opts.patches_dir, framework)
-    series = series_mod.load(frameworks.series_folder(opts.patches_dir, sources, tag))
+    sources = catalogue.sources_for(opts.patches_dir, framework)
+    series = series_mod.load(catalogue.series_folder(opts.patches_dir, sources, tag))
     with ui.step(f"fetching {framework} {tag}"):
         identity = upstream.fetch(sources, tag, opts.cache)
     tree_path = opts.cache.root / "trees" / framework / tag

@@ -6,14 +6,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from lmsforge import export, frameworks, git, series as series_mod, ui, worktree
+from lmsforge import git, ui
 from lmsforge.errors import UsageError
 from lmsforge.options import Options
+from lmsforge.series import catalogue, export, manifest as series_mod, worktree
 
 
 def run(opts: Options, framework: str, tag: str, tree_path: Path | None) -> int:
-    sources = frameworks.sources_for(opts.patches_dir, framework)
-    frameworks.check_tag(opts.patches_dir, sources, tag)
+    sources = catalogue.sources_for(opts.patches_dir, framework)
+    catalogue.check_tag(opts.patches_dir, sources, tag)
     path = (tree_path or Path.cwd() / f"lms-{framework}-{tag}").absolute()
     tree = worktree.read_meta(path)
     if tree is None:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmsforge import frameworks, ui, upstream
+from lmsforge import ui
 from lmsforge.options import Options
+from lmsforge.series import catalogue
+from lmsforge.upstream import tree as upstream
 
 
 def run(opts: Options, framework: str, tag: str, source: str, archive: Path | None,
         mirror: str | None, as_json: bool) -> int:
-    sources = frameworks.sources_for(opts.patches_dir, framework)
-    frameworks.check_tag(opts.patches_dir, sources, tag)
+    sources = catalogue.sources_for(opts.patches_dir, framework)
+    catalogue.check_tag(opts.patches_dir, sources, tag)
     with ui.step(f"fetching {framework} {tag}"):
         identity = upstream.fetch(sources, tag, opts.cache, prefer=source, archive_file=archive,
                                   mirror=mirror)

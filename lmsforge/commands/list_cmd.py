@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from lmsforge import frameworks, series as series_mod, ui
+from lmsforge import ui
 from lmsforge.options import Options
-from lmsforge.sources import TagSource
+from lmsforge.series import catalogue, manifest as series_mod
+from lmsforge.upstream.sources import TagSource
 from lmsforge.verify import runner
 
 
 def collect(opts: Options) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
-    for name in frameworks.known(opts.patches_dir):
-        sources = frameworks.sources_for(opts.patches_dir, name)
-        for tag in frameworks.known_tags(opts.patches_dir, sources):
+    for name in catalogue.known(opts.patches_dir):
+        sources = catalogue.sources_for(opts.patches_dir, name)
+        for tag in catalogue.known_tags(opts.patches_dir, sources):
             spec = sources.tags.get(tag) or TagSource(tag, None, None)
             folder = series_mod.find(opts.patches_dir, name, tag)
             has_series = (folder / series_mod.MANIFEST).is_file()

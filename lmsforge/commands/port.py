@@ -1,15 +1,17 @@
-"""`lmsforge port`: carry a series to another upstream tag (see ``lmsforge/port.py``)."""
+"""`lmsforge port`: carry a series to another upstream tag (see ``lmsforge/port/engine.py``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lmsforge import (frameworks, port, port_finish, port_guide, port_state, series as series_mod,
-                      ui, upstream)
+from lmsforge import ui
+from lmsforge.port import engine as port, finish as port_finish, guide as port_guide, state as port_state
+from lmsforge.series import catalogue, manifest as series_mod
+from lmsforge.upstream import tree as upstream
 from lmsforge.errors import UsageError
 from lmsforge.options import Options
-from lmsforge.port_state import PortState, command
-from lmsforge.port_steps import PortStopped
+from lmsforge.port.state import PortState, command
+from lmsforge.port.steps import PortStopped
 
 OUTCOMES = ("picked", "guided", "rerere", "resolved", "dropped", "skipped", "pending")
 
@@ -63,9 +65,9 @@ def _start(opts: Options, framework: str | None, from_tag: str | None, to_tag: s
     if not (framework and from_tag and to_tag):
         raise UsageError("a new port needs --framework, --from and --to")
     tree = (into or Path.cwd() / f"lms-port-{framework}-{to_tag}").absolute()
-    sources = frameworks.sources_for(opts.patches_dir, framework)
-    folder = frameworks.series_folder(opts.patches_dir, sources, from_tag)
-    frameworks.check_tag(opts.patches_dir, sources, to_tag)
+    sources = catalogue.sources_for(opts.patches_dir, framework)
+    folder = catalogue.series_folder(opts.patches_dir, sources, from_tag)
+    catalogue.check_tag(opts.patches_dir, sources, to_tag)
     target = series_mod.find(opts.patches_dir, framework, to_tag)
     if (target / series_mod.MANIFEST).is_file():
         raise UsageError(f"a series for {framework} {to_tag} exists already at {target}; to port "

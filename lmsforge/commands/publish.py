@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmsforge import channel, channel_address, ui
+from lmsforge import ui
+from lmsforge.channel import address as channel_address, publisher
 from lmsforge.options import Options
 
 
 def run(opts: Options, target: str, packages: list[Path]) -> int:
     channel_address.parse(target)  # a malformed target fails before any progress line
     with ui.step(f"publishing {len(packages)} package(s)"):
-        result = channel.publish(packages, target)
+        result = publisher.publish(packages, target)
     for name in result.added:
         ui.out.print(f"added {name}")
     for name in result.unchanged:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmsforge import recipes, ui
-from lmsforge.commands.packaging import series_identity
+from lmsforge import ui
 from lmsforge.options import Options
+from lmsforge.packaging import recipes
+from lmsforge.packaging.identity import series_identity
 
 
 def run(opts: Options, framework: str, tag: str, profile: str, platforms: list[str],

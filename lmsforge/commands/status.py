@@ -5,9 +5,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from lmsforge import export, git, parity, port_state, series as series_mod, ui, worktree
+from lmsforge import git, ui
 from lmsforge.errors import CheckFailed, UsageError
 from lmsforge.options import Options
+from lmsforge.port import state as port_state
+from lmsforge.series import export, manifest as series_mod, parity, worktree
 from lmsforge.verify import runner
 
 
@@ -110,7 +112,7 @@ def run_series(opts: Options, framework: str | None, as_json: bool) -> int:
     if problems:
         raise CheckFailed(f"{len(problems)} series difference(s) without a reason, first: "
                           f"{problems[0]}; port it, or record why in "
-                          f"patches/<framework>/{parity.REASONS_FILE} (see lmsforge/parity.py)")
+                          f"patches/<framework>/{parity.REASONS_FILE} (see lmsforge/series/parity.py)")
     return 0
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from lmsforge import build, channel, ui
-from lmsforge.commands.packaging import series_identity
-from lmsforge.credentials import redact
+from lmsforge import ui
+from lmsforge.channel import installer
+from lmsforge.channel.credentials import redact
 from lmsforge.errors import UsageError
 from lmsforge.options import Options
+from lmsforge.packaging import rattler as build
+from lmsforge.packaging.identity import series_identity
 
 
 def run(opts: Options, framework: str, tag: str, channels: list[str], prefix: Path | None,
@@ -65,7 +67,7 @@ def _check_channels_have(tag: str, version: str, channels: list[str], gpu: bool 
 
     if gpu is None:
         gpu = have_cuda_device()[0]
-    records = channel.available(build.CORE_PACKAGE, channels, str(rattler.Subdir.current()),
+    records = installer.available(build.CORE_PACKAGE, channels, str(rattler.Subdir.current()),
                                 cache_dir=cache_dir)
     shown = redact(", ".join(channels))
     versions = sorted({v for v, _ in records})

@@ -6,9 +6,10 @@ import json
 import os
 from pathlib import Path
 
-from lmsforge import frameworks, series as series_mod, ui
+from lmsforge import frameworks, ui
 from lmsforge.errors import UsageError
 from lmsforge.options import Options
+from lmsforge.series import catalogue, manifest as series_mod
 from lmsforge.verify import runner
 from lmsforge.verify.levels import DEFAULT_SIM_SEEDS, SKIPPED
 
@@ -16,12 +17,12 @@ from lmsforge.verify.levels import DEFAULT_SIM_SEEDS, SKIPPED
 def selected_series(opts: Options, framework: str | None, tag: str | None) -> list[tuple[str, str]]:
     if tag and not framework:
         raise UsageError("--tag needs --framework")
-    names = [framework] if framework else frameworks.known(opts.patches_dir)
+    names = [framework] if framework else catalogue.known(opts.patches_dir)
     chosen = []
     for name in names:
-        sources = frameworks.sources_for(opts.patches_dir, name)
+        sources = catalogue.sources_for(opts.patches_dir, name)
         if tag:
-            frameworks.series_folder(opts.patches_dir, sources, tag)
+            catalogue.series_folder(opts.patches_dir, sources, tag)
             chosen.append((name, tag))
         else:
             chosen.extend((name, t) for t in series_mod.available_tags(opts.patches_dir, name))
@@ -52,7 +53,7 @@ def run(opts: Options, framework: str | None, tag: str | None, level: str, requi
     reports = []
     for name, series_tag in chosen:
         reports.append(runner.verify_series(opts, name, series_tag, level, ui.say, fetch_kwargs,
-                                            sim_seeds))
+                                            frameworks.level_runner(name), sim_seeds))
     data = {"level": level, "series": [r.to_json() for r in reports]}
     if report_path:
         report_path.write_text(json.dumps(data, indent=2) + "\n")

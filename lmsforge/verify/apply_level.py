@@ -14,10 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from lmsforge import export, git, series as series_mod, worktree
+from lmsforge import git
 from lmsforge.errors import LmsforgeError
-from lmsforge.series import ORDER_FILE, Series
-from lmsforge.upstream import TreeIdentity
+from lmsforge.series import export, manifest as series_mod, worktree
+from lmsforge.series.manifest import ORDER_FILE, Series
+from lmsforge.upstream.tree import TreeIdentity
 from lmsforge.verify.levels import FAIL, PASS, LevelResult
 
 

@@ -52,6 +52,10 @@ class LevelContext:
         return self.work_dir / f"{level}.log"
 
 
+# What a framework module (``frameworks/<name>.py``) provides for the levels above `apply`.
+LevelRunner = Callable[[str, LevelContext], LevelResult]
+
+
 def skipped(level: str, reason: str) -> LevelResult:
     return LevelResult(level, SKIPPED, 0.0, reason)
 
@@ -91,10 +95,10 @@ class TestReport(Protocol):
 def dispatch(framework: str, runners: Mapping[str, Callable[[LevelContext], LevelResult]],
              level: str, ctx: LevelContext) -> LevelResult:
     """Run one framework level runner after checking the level's declared inputs
-    (``lmsforge/inputs.py``); a failure raised becomes a FAIL with its one line."""
-    from lmsforge import inputs
+    (``verify/inputs.py``); a failure raised becomes a FAIL with its one line."""
     from lmsforge.cache import default_cache_dir
     from lmsforge.errors import LmsforgeError, UsageError
+    from lmsforge.verify import inputs
 
     runner = runners.get(level)
     if runner is None:

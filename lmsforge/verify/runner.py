@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lmsforge import frameworks, series as series_mod, ui, upstream
+from lmsforge import ui
+from lmsforge.series import catalogue, manifest as series_mod
+from lmsforge.upstream import tree as upstream
 from lmsforge.errors import LmsforgeError, UsageError
 from lmsforge.options import Options
 from lmsforge.verify import apply_level
 from lmsforge.verify.levels import (DEFAULT_SIM_SEEDS, FAIL, LEVELS, SKIPPED, LevelContext,
-                                    LevelResult)
+                                    LevelResult, LevelRunner)
 
 
 BY_SERIES = "by-series"
@@ -44,9 +46,11 @@ def levels_up_to(level: str) -> list[str]:
 
 def verify_series(opts: Options, framework: str, tag: str, level: str,
                   say: Callable[[str], None], fetch_kwargs: dict[str, object],
-                  sim_seeds: int = DEFAULT_SIM_SEEDS) -> SeriesReport:
-    sources = frameworks.sources_for(opts.patches_dir, framework)
-    folder = frameworks.series_folder(opts.patches_dir, sources, tag)
+                  runner: LevelRunner | None, sim_seeds: int = DEFAULT_SIM_SEEDS) -> SeriesReport:
+    """Fetch, apply and check the series up to LEVEL; RUNNER runs the framework's levels above
+    `apply` (``frameworks.level_runner``; None: the framework has no harness above it)."""
+    sources = catalogue.sources_for(opts.patches_dir, framework)
+    folder = catalogue.series_folder(opts.patches_dir, sources, tag)
     series = series_mod.load(folder)
     with ui.step(f"{framework} {tag}: fetching the upstream tree",
                  progress=lambda: ui.folder_size(opts.cache.partial)):
@@ -58,7 +62,6 @@ def verify_series(opts: Options, framework: str, tag: str, level: str,
         with ui.step(f"{framework} {tag}: level apply"):
             result = apply_level.run(tree_path, identity, series)
         report.results.append(result)
-        runner = frameworks.level_runner(framework)
         for name in levels_up_to(level)[1:]:
             if result.status == FAIL:
                 report.results.append(LevelResult(name, SKIPPED, 0.0,

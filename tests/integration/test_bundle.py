@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from lmsforge import bundle, series as series_mod
+from lmsforge.series import manifest as series_mod
+from lmsforge.verify import bundle
 from lmsforge.verify.levels import have_cuda_device
 
 REPO = Path(__file__).resolve().parents[2]

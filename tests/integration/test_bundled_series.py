@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lmsforge import series as series_mod
 from lmsforge.frameworks import pytorch
+from lmsforge.series import manifest as series_mod
 from lmsforge.verify.levels import FAIL, PASS, LevelContext
 
 pytestmark = pytest.mark.slow

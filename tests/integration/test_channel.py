@@ -21,7 +21,7 @@ import filelock
 import pytest
 
 from channel_server import ChannelServer
-from lmsforge import channel, credentials
+from lmsforge.channel import credentials, installer, publisher
 from lmsforge.errors import LmsforgeError, UsageError
 
 TOKEN = "tok-5f1e9a7c2b"  # a test credential; it must never show up in any output
@@ -82,7 +82,7 @@ def tiny_packages(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture
 def published(tmp_path, tiny_packages) -> Path:
     chan = tmp_path / "chan"
-    channel.publish([tiny_packages["1.0.0"]], chan)
+    publisher.publish([tiny_packages["1.0.0"]], chan)
     return chan
 
 
@@ -95,16 +95,16 @@ def _repodata_names(chan: Path) -> set[str]:
 
 
 def test_publish_then_install_into_fresh_prefix_and_run(published, tiny_packages, tmp_path):
-    first = channel.snapshot(published)
-    result = channel.publish([tiny_packages["1.1.0"]], published)
+    first = publisher.snapshot(published)
+    result = publisher.publish([tiny_packages["1.1.0"]], published)
     assert result.added == (f"linux-64/{tiny_packages['1.1.0'].name}",)
-    after = channel.snapshot(published)
+    after = publisher.snapshot(published)
     old_package = f"linux-64/{tiny_packages['1.0.0'].name}"
     assert after[old_package] == first[old_package]  # the existing package is untouched
     assert _repodata_names(published) == {tiny_packages["1.0.0"].name, tiny_packages["1.1.0"].name}
-    assert not [p for p in published.iterdir() if p.name.startswith(channel.STAGING_PREFIX)]
+    assert not [p for p in published.iterdir() if p.name.startswith(publisher.STAGING_PREFIX)]
 
-    installed = channel.install(["lmsforge-tiny"], [published], tmp_path / "prefix",
+    installed = installer.install(["lmsforge-tiny"], [published], tmp_path / "prefix",
                                 cache_dir=tmp_path / "cache")
     assert any(p.startswith("lmsforge-tiny=1.1.0=") for p in installed.packages)
     run = subprocess.run([tmp_path / "prefix" / "bin" / "lmsforge-tiny"], capture_output=True,
@@ -113,45 +113,45 @@ def test_publish_then_install_into_fresh_prefix_and_run(published, tiny_packages
 
 
 def test_republishing_identical_package_is_a_no_op(published, tiny_packages):
-    before = channel.snapshot(published)
-    result = channel.publish([tiny_packages["1.0.0"]], published)
+    before = publisher.snapshot(published)
+    result = publisher.publish([tiny_packages["1.0.0"]], published)
     assert result.added == () and len(result.unchanged) == 1
-    assert channel.snapshot(published)[result.unchanged[0]] == before[result.unchanged[0]]
+    assert publisher.snapshot(published)[result.unchanged[0]] == before[result.unchanged[0]]
 
 
 def test_replacing_a_package_with_different_bytes_is_refused(published, tiny_packages, tmp_path):
-    before = channel.snapshot(published)
+    before = publisher.snapshot(published)
     impostor = tmp_path / tiny_packages["1.0.0"].name
     shutil.copy(tiny_packages["1.1.0"], impostor)  # same file name, other contents
     with pytest.raises(UsageError, match="different contents"):
-        channel.publish([impostor], published)
-    assert channel.snapshot(published) == before
+        publisher.publish([impostor], published)
+    assert publisher.snapshot(published) == before
 
 
 def test_corrupt_package_is_refused_and_channel_unchanged(published, tiny_packages, tmp_path):
-    before = channel.snapshot(published)
+    before = publisher.snapshot(published)
     corrupt = tmp_path / tiny_packages["1.1.0"].name
     data = bytearray(tiny_packages["1.1.0"].read_bytes())
     data[len(data) // 2] ^= 0xFF
     corrupt.write_bytes(bytes(data))
     with pytest.raises(UsageError, match="corrupt package file"):
-        channel.publish([corrupt], published)
+        publisher.publish([corrupt], published)
     truncated = tmp_path / "t" / tiny_packages["1.1.0"].name
     truncated.parent.mkdir()
     truncated.write_bytes(tiny_packages["1.1.0"].read_bytes()[:1000])
     with pytest.raises(UsageError, match="corrupt package file"):
-        channel.publish([truncated], published)
-    assert channel.snapshot(published) == before
+        publisher.publish([truncated], published)
+    assert publisher.snapshot(published) == before
 
 
 def test_foreign_folder_is_refused_and_left_alone(tmp_path, tiny_packages):
     foreign = tmp_path / "photos"
     foreign.mkdir()
     (foreign / "holiday.jpg").write_bytes(b"\xff\xd8 not a channel")
-    before = channel.snapshot(foreign)
+    before = publisher.snapshot(foreign)
     with pytest.raises(UsageError, match="not a conda channel"):
-        channel.publish([tiny_packages["1.0.0"]], foreign)
-    assert channel.snapshot(foreign) == before
+        publisher.publish([tiny_packages["1.0.0"]], foreign)
+    assert publisher.snapshot(foreign) == before
     assert sorted(p.name for p in foreign.iterdir()) == ["holiday.jpg"]
 
 
@@ -159,7 +159,7 @@ def test_channel_that_is_a_file_is_refused(tmp_path, tiny_packages):
     target = tmp_path / "chan"
     target.write_text("x")
     with pytest.raises(UsageError, match="is a file"):
-        channel.publish([tiny_packages["1.0.0"]], target)
+        publisher.publish([tiny_packages["1.0.0"]], target)
 
 
 def _publish_as_nobody(packages: list[Path], chan: Path) -> str:
@@ -179,7 +179,7 @@ def _publish_as_nobody(packages: list[Path], chan: Path) -> str:
         try:
             os.setgid(65534)
             os.setuid(65534)
-            channel.publish(packages, chan)
+            publisher.publish(packages, chan)
             message = "published"
         except Exception as exc:  # noqa: BLE001 (report whatever happened to the parent)
             message, status = str(exc), 1
@@ -194,7 +194,7 @@ def _publish_as_nobody(packages: list[Path], chan: Path) -> str:
 
 
 def test_unwritable_channel_is_refused_and_unchanged(published, tiny_packages, tmp_path):
-    before = channel.snapshot(published)
+    before = publisher.snapshot(published)
     if os.geteuid() == 0:  # root writes anywhere: run the publisher as nobody instead
         public = Path(tempfile.mkdtemp(prefix="lmsforge-pkgs-"))
         try:
@@ -214,48 +214,48 @@ def test_unwritable_channel_is_refused_and_unchanged(published, tiny_packages, t
         published.chmod(0o555)
         try:
             with pytest.raises(UsageError) as info:
-                channel.publish([tiny_packages["1.1.0"]], published)
+                publisher.publish([tiny_packages["1.1.0"]], published)
             message = str(info.value)
         finally:
             published.chmod(0o755)
     assert "not writable" in message and "\n" not in message
-    assert channel.snapshot(published) == before
+    assert publisher.snapshot(published) == before
 
 
 def test_two_publishers_at_once_both_land(published, tiny_packages, tmp_path):
     extra = build_tiny(tmp_path, "1.2.0")
-    script = ("import sys; from pathlib import Path; from lmsforge import channel; "
-              "channel.publish([Path(sys.argv[2])], Path(sys.argv[1]))")
+    script = ("import sys; from pathlib import Path; from lmsforge.channel import publisher; "
+              "publisher.publish([Path(sys.argv[2])], Path(sys.argv[1]))")
     procs = [subprocess.Popen([sys.executable, "-c", script, str(published), str(p)],
-                              cwd=Path(channel.__file__).parents[1])
+                              cwd=Path(publisher.__file__).parents[2])
              for p in (tiny_packages["1.1.0"], extra)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     assert _repodata_names(published) == {tiny_packages["1.0.0"].name,
                                           tiny_packages["1.1.0"].name, extra.name}
-    installed = channel.install(["lmsforge-tiny==1.2.0"], [published], tmp_path / "prefix",
+    installed = installer.install(["lmsforge-tiny==1.2.0"], [published], tmp_path / "prefix",
                                 cache_dir=tmp_path / "cache")
     assert any(p.startswith("lmsforge-tiny=1.2.0=") for p in installed.packages)
 
 
 def test_publisher_waiting_on_a_held_lock_gives_up_cleanly(published, tiny_packages):
-    before = channel.snapshot(published)
-    with filelock.FileLock(str(published / channel.LOCK_NAME)):
-        code = ("import sys; from pathlib import Path; from lmsforge import channel\n"
-                "try:\n    channel.publish([Path(sys.argv[2])], Path(sys.argv[1]), "
+    before = publisher.snapshot(published)
+    with filelock.FileLock(str(published / publisher.LOCK_NAME)):
+        code = ("import sys; from pathlib import Path; from lmsforge.channel import publisher\n"
+                "try:\n    publisher.publish([Path(sys.argv[2])], Path(sys.argv[1]), "
                 "lock_timeout_s=1)\n"
                 "except Exception as exc:\n    print(exc); sys.exit(1)\n")
         proc = subprocess.run([sys.executable, "-c", code, str(published),
                                str(tiny_packages["1.1.0"])], capture_output=True, text=True,
-                              cwd=Path(channel.__file__).parents[1], timeout=60)
+                              cwd=Path(publisher.__file__).parents[2], timeout=60)
     assert proc.returncode == 1
     assert "another publisher holds the lock" in proc.stdout
-    assert channel.snapshot(published) == before
+    assert publisher.snapshot(published) == before
 
 
 def test_install_from_a_folder_that_is_not_a_channel(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UsageError, match="not a conda channel"):
-        channel.install(["lmsforge-tiny"], [tmp_path / "empty"], tmp_path / "prefix")
+        installer.install(["lmsforge-tiny"], [tmp_path / "empty"], tmp_path / "prefix")
 
 
 def test_install_refuses_a_used_prefix(published, tmp_path):
@@ -263,7 +263,7 @@ def test_install_refuses_a_used_prefix(published, tmp_path):
     prefix.mkdir()
     (prefix / "keep").write_text("mine")
     with pytest.raises(UsageError, match="not empty"):
-        channel.install(["lmsforge-tiny"], [published], prefix)
+        installer.install(["lmsforge-tiny"], [published], prefix)
     assert (prefix / "keep").read_text() == "mine"
 
 
@@ -288,12 +288,12 @@ def test_http_channel_with_token_from_auth_file(published, tiny_packages, tmp_pa
     with ChannelServer(published, token=TOKEN) as server:
         monkeypatch.setenv("RATTLER_AUTH_FILE", str(write_auth_file(
             tmp_path / "auth.json", server.url, {"BearerToken": TOKEN})))
-        result = channel.publish([tiny_packages["1.1.0"]], server.url)
+        result = publisher.publish([tiny_packages["1.1.0"]], server.url)
         assert result.added == (f"linux-64/{tiny_packages['1.1.0'].name}",) and result.indexed
         assert tiny_packages["1.1.0"].name in _repodata_names(published)
-        again = channel.publish([tiny_packages["1.1.0"]], server.url)
+        again = publisher.publish([tiny_packages["1.1.0"]], server.url)
         assert again.added == () and again.unchanged == result.added
-        installed = channel.install(["lmsforge-tiny==1.1.0"], [server.url], tmp_path / "prefix",
+        installed = installer.install(["lmsforge-tiny==1.1.0"], [server.url], tmp_path / "prefix",
                                     cache_dir=tmp_path / "cache")
         assert any(p.startswith("lmsforge-tiny=1.1.0=") for p in installed.packages)
         assert any(code == 200 and path.endswith(".conda") for _, path, code in server.requests)
@@ -310,9 +310,9 @@ def test_http_channel_with_basic_auth_from_environment(published, tiny_packages,
     monkeypatch.setenv(credentials.ENV_USER, USER)
     monkeypatch.setenv(credentials.ENV_PASSWORD, PASSWORD)
     with ChannelServer(published, basic=(USER, PASSWORD)) as server:
-        channel.publish([tiny_packages["1.1.0"]], server.url)  # publish binds env to its target
+        publisher.publish([tiny_packages["1.1.0"]], server.url)  # publish binds env to its target
         monkeypatch.setenv(credentials.ENV_HOST, "127.0.0.1")  # reading needs the host named
-        installed = channel.install(["lmsforge-tiny"], [server.url], tmp_path / "prefix",
+        installed = installer.install(["lmsforge-tiny"], [server.url], tmp_path / "prefix",
                                     cache_dir=tmp_path / "cache")
     assert any(p.startswith("lmsforge-tiny=1.1.0=") for p in installed.packages)
     assert "RATTLER_AUTH_FILE" not in os.environ  # the private auth file was for that call only
@@ -322,34 +322,34 @@ def test_http_channel_with_basic_auth_from_environment(published, tiny_packages,
 
 def test_wrong_credentials_are_a_clear_error_without_the_secret(published, tiny_packages, tmp_path,
                                                                monkeypatch, capfd):
-    before = channel.snapshot(published)
+    before = publisher.snapshot(published)
     wrong = "tok-wrong-0000"
     with ChannelServer(published, token=TOKEN) as server:
         monkeypatch.setenv("RATTLER_AUTH_FILE", str(write_auth_file(
             tmp_path / "auth.json", server.url, {"BearerToken": wrong})))
         with pytest.raises(UsageError, match="refused the credentials") as install_error:
-            channel.install(["lmsforge-tiny"], [server.url], tmp_path / "prefix",
+            installer.install(["lmsforge-tiny"], [server.url], tmp_path / "prefix",
                             cache_dir=tmp_path / "cache")
         with pytest.raises(UsageError, match="refused the credentials") as publish_error:
-            channel.publish([tiny_packages["1.1.0"]], server.url)
+            publisher.publish([tiny_packages["1.1.0"]], server.url)
         assert not any(method == "PUT" for method, _, _ in server.requests)
     for error in (install_error.value, publish_error.value):
         assert wrong not in str(error) and TOKEN not in str(error) and "\n" not in str(error)
     out, err = capfd.readouterr()
     assert wrong not in out + err and TOKEN not in out + err
-    assert channel.snapshot(published) == before
+    assert publisher.snapshot(published) == before
 
 
 def test_unreachable_channel_is_a_clear_error(tiny_packages, tmp_path):
     url = f"http://127.0.0.1:{_free_port()}/chan"
     with pytest.raises(LmsforgeError, match="cannot reach channel"):
-        channel.install(["lmsforge-tiny"], [url], tmp_path / "prefix", cache_dir=tmp_path / "c")
+        installer.install(["lmsforge-tiny"], [url], tmp_path / "prefix", cache_dir=tmp_path / "c")
     with pytest.raises(LmsforgeError, match="cannot reach channel"):
-        channel.publish([tiny_packages["1.0.0"]], url)
+        publisher.publish([tiny_packages["1.0.0"]], url)
 
 
 def test_doctor_names_credential_sources_but_never_their_values(tmp_path, monkeypatch):
-    from lmsforge import doctor
+    from lmsforge.commands import doctor
 
     monkeypatch.setenv("RATTLER_AUTH_FILE", str(write_auth_file(
         tmp_path / "auth.json", "http://channel.example:8080", {"BearerToken": TOKEN})))
@@ -375,7 +375,7 @@ def test_publishing_keeps_hotfixes_and_removals_and_refreshes_other_indexes(tmp_
 
     chan = tmp_path / "chan"
     extra = build_tiny(tmp_path, "1.2.0")
-    channel.publish([tiny_packages["1.0.0"], extra], chan)
+    publisher.publish([tiny_packages["1.0.0"], extra], chan)
     old, bad = tiny_packages["1.0.0"].name, extra.name
     repodata_file = chan / "linux-64" / "repodata.json"
     repodata = json.loads(repodata_file.read_text())
@@ -391,7 +391,7 @@ def test_publishing_keeps_hotfixes_and_removals_and_refreshes_other_indexes(tmp_
         "packages": {"lmsforge-tiny": {"subdirs": ["linux-64"], "version": "1.0.0",
                                        "summary": "kept as written"}}}))
 
-    channel.publish([tiny_packages["1.1.0"]], chan)
+    publisher.publish([tiny_packages["1.1.0"]], chan)
 
     new = tiny_packages["1.1.0"].name
     after = json.loads(repodata_file.read_text())
@@ -412,13 +412,13 @@ def test_publishing_keeps_hotfixes_and_removals_and_refreshes_other_indexes(tmp_
     assert channeldata["subdirs"] == ["linux-64", "noarch"]  # kept, and the new one added
 
     # what a solver sees: the hot-fix holds and the removed build is gone
-    latest = channel.install(["lmsforge-tiny"], [chan], tmp_path / "p1", cache_dir=tmp_path / "c")
+    latest = installer.install(["lmsforge-tiny"], [chan], tmp_path / "p1", cache_dir=tmp_path / "c")
     assert any(p.startswith("lmsforge-tiny=1.1.0=") for p in latest.packages)
     with pytest.raises(LmsforgeError, match="cannot install"):
-        channel.install(["lmsforge-tiny==1.0.0"], [chan], tmp_path / "p2",
+        installer.install(["lmsforge-tiny==1.0.0"], [chan], tmp_path / "p2",
                         cache_dir=tmp_path / "c")
     with pytest.raises(LmsforgeError, match="cannot install"):
-        channel.install(["lmsforge-tiny==1.2.0"], [chan], tmp_path / "p3",
+        installer.install(["lmsforge-tiny==1.2.0"], [chan], tmp_path / "p3",
                         cache_dir=tmp_path / "c")
 
 
@@ -426,7 +426,7 @@ def test_a_stale_sharded_index_is_removed_so_it_cannot_hide_new_packages(publish
                                                                          tiny_packages):
     shards = published / "linux-64" / "repodata_shards.msgpack.zst"
     shards.write_bytes(b"stale")
-    channel.publish([tiny_packages["1.1.0"]], published)
+    publisher.publish([tiny_packages["1.1.0"]], published)
     assert not shards.exists()
 
 
@@ -438,20 +438,20 @@ def test_published_files_are_world_readable_whatever_the_umask(tmp_path, tiny_pa
     chan = tmp_path / "chan"
     old_umask = os.umask(0o077)
     try:
-        channel.publish([tiny_packages["1.0.0"]], chan)
+        publisher.publish([tiny_packages["1.0.0"]], chan)
     finally:
         os.umask(old_umask)
     for path in chan.rglob("*"):
         if path.name.startswith(".lmsforge-"):
             continue
-        expected = channel.CHANNEL_DIR_MODE if path.is_dir() else channel.CHANNEL_FILE_MODE
+        expected = publisher.CHANNEL_DIR_MODE if path.is_dir() else publisher.CHANNEL_FILE_MODE
         assert path.stat().st_mode & 0o777 == expected, path
 
 
 def test_built_packages_are_made_servable(tmp_path):
     package = build_tiny(tmp_path, "2.0.0")
     assert package.stat().st_mode & 0o777 == 0o600
-    channel.make_servable([package])
+    publisher.make_servable([package])
     assert package.stat().st_mode & 0o777 == 0o644
     for index in package.parent.parent.glob("*/repodata.json"):
         assert index.stat().st_mode & 0o777 == 0o644
@@ -461,7 +461,7 @@ def test_a_platform_folder_owned_by_another_user_is_a_one_line_refusal(published
     """Evidence row 42: the channel root is writable, linux-64/ is not."""
     if os.geteuid() != 0:
         pytest.skip("needs root to act as another user (runs as root in CI)")
-    before = channel.snapshot(published)
+    before = publisher.snapshot(published)
     public = Path(tempfile.mkdtemp(prefix="lmsforge-pkgs-"))
     try:
         shutil.copy(tiny_packages["1.1.0"], public)
@@ -477,14 +477,14 @@ def test_a_platform_folder_owned_by_another_user_is_a_one_line_refusal(published
         shutil.rmtree(public)
         published.chmod(0o755)
     assert "linux-64/ is not writable" in message and "\n" not in message
-    assert channel.snapshot(published) == before
+    assert publisher.snapshot(published) == before
 
 
 def test_a_lock_file_of_another_user_is_a_one_line_refusal(published, tiny_packages):
     """The lock file the first publisher made (as root here) must not crash the next one."""
     if os.geteuid() != 0:
         pytest.skip("needs root to act as another user (runs as root in CI)")
-    before = channel.snapshot(published)
+    before = publisher.snapshot(published)
     public = Path(tempfile.mkdtemp(prefix="lmsforge-pkgs-"))
     try:
         shutil.copy(tiny_packages["1.1.0"], public)
@@ -495,11 +495,11 @@ def test_a_lock_file_of_another_user_is_a_one_line_refusal(published, tiny_packa
         for path in published.rglob("*"):
             path.chmod(0o777 if path.is_dir() else 0o666)
         published.chmod(0o777)
-        (published / channel.LOCK_NAME).chmod(0o644)  # as an older lmsforge left it
+        (published / publisher.LOCK_NAME).chmod(0o644)  # as an older lmsforge left it
         message = _publish_as_nobody([public / tiny_packages["1.1.0"].name], published)
     finally:
         shutil.rmtree(public)
         published.chmod(0o755)
     assert "lock file" in message and "belongs to another user" in message
-    assert "\n" not in message and channel.snapshot(published) == before
+    assert "\n" not in message and publisher.snapshot(published) == before
 

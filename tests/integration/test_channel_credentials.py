@@ -15,7 +15,7 @@ import pytest
 
 from channel_server import ChannelServer
 from fixtures import lmsforge
-from lmsforge import channel, credentials
+from lmsforge.channel import credentials, installer, publisher
 from test_channel import TOKEN, tiny_packages, write_auth_file  # noqa: F401 (a fixture)
 from test_test_command import build_stand_in
 
@@ -38,8 +38,8 @@ def stand_in(tmp_path_factory) -> Path:
 def private_and_mirror(tmp_path, stand_in, tiny_packages):
     """The core stand-in on the private server, an unrelated package on the public mirror."""
     private, mirror = tmp_path / "private", tmp_path / "mirror"
-    channel.publish([stand_in], private)
-    channel.publish([tiny_packages["1.0.0"]], mirror)
+    publisher.publish([stand_in], private)
+    publisher.publish([tiny_packages["1.0.0"]], mirror)
     with ChannelServer(private, token=TOKEN, host="127.0.0.1") as a, \
             ChannelServer(mirror, host="127.0.0.2", name="mirror") as b:
         yield a, b
@@ -62,7 +62,7 @@ def test_env_token_reaches_its_host_and_never_the_mirror(private_and_mirror, tmp
                       "--prefix", str(tmp_path / "prefix"), "--cpu")
     assert result.exit_code == 0, result.output
     assert TOKEN not in result.output
-    installed = channel.install(["pytorch-lms-core", "lmsforge-tiny"], [private.url, mirror.url],
+    installed = installer.install(["pytorch-lms-core", "lmsforge-tiny"], [private.url, mirror.url],
                                 tmp_path / "both", cache_dir=tmp_path / "cache")
     assert {p.split("=")[0] for p in installed.packages} == {"pytorch-lms-core", "lmsforge-tiny"}
     _assert_token_stayed_home(private, mirror)
@@ -76,7 +76,7 @@ def test_auth_file_token_reaches_its_host_and_never_the_mirror(private_and_mirro
     entries["*.example.org"] = {"BearerToken": OTHER_TOKEN}
     path.write_text(json.dumps(entries))
     monkeypatch.setenv(credentials.AUTH_FILE_ENV, str(path))
-    installed = channel.install(["pytorch-lms-core", "lmsforge-tiny"], [private.url, mirror.url],
+    installed = installer.install(["pytorch-lms-core", "lmsforge-tiny"], [private.url, mirror.url],
                                 tmp_path / "prefix", cache_dir=tmp_path / "cache")
     assert len(installed.packages) == 2
     _assert_token_stayed_home(private, mirror)
@@ -150,7 +150,7 @@ def test_internal_error_line_and_log_are_redacted(tmp_path, monkeypatch, tiny_pa
     def broken_publish(packages, target):
         raise ValueError(f"boom at http://h/t/{TOKEN}/lms and Bearer {TOKEN}")
 
-    monkeypatch.setattr(channel, "publish", broken_publish)
+    monkeypatch.setattr(publisher, "publish", broken_publish)
     result = lmsforge("publish", "--channel", "http://h/lms", str(tiny_packages["1.0.0"]))
     log = isolated_env / "logs" / "last-error.log"
     assert result.exit_code == 1 and "internal error" in result.output

@@ -24,7 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from lmsforge import build, build_plan, channel, debian, emulation, recipes, toolchain
+from lmsforge.packaging import emulation, plan as build_plan, rattler as build, recipes, toolchain
+from lmsforge.channel import publisher
+from lmsforge.upstream import debian
 from lmsforge.commands import build as build_command
 from lmsforge.errors import UsageError
 from conftest import REPO_ROOT, real_test_cache
@@ -256,7 +258,7 @@ def test_cpu_package_through_an_authenticated_http_channel(builds, work, tmp_pat
     with ChannelServer(served, token=TOKEN) as server:
         monkeypatch.setenv("RATTLER_AUTH_FILE", str(write_auth_file(
             tmp_path / "auth.json", server.url, {"BearerToken": TOKEN})))
-        channel.publish([package], server.url)
+        publisher.publish([package], server.url)
         tested = build.test_installed_core([server.url], tmp_path / "prefix-http", gpu=False,
                                            cache_dir=tmp_path / "cache-http")
     assert tested.mode == "cpu" and tested.package.startswith("pytorch-lms-core=2.6.0=cpu_lms_")

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CORE_SIM_SEEDS
-from lmsforge import series as series_mod
+from lmsforge.series import manifest as series_mod
 from lmsforge.frameworks import pytorch
 from lmsforge.verify.levels import FAIL, PASS, LevelContext, LevelResult
 

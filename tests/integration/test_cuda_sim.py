@@ -1,4 +1,4 @@
-"""The simulated CUDA runtime's own tests (lmsforge/verify/cuda_sim/tests/sim_test.cpp), built
+"""The simulated CUDA runtime's own tests (lmsforge/sim/tests/sim_test.cpp), built
 with CMake and run twice: plainly and under a seed, which the adversarial tests need. Slow: it
 compiles the simulator."""
 
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from lmsforge.sim import SOURCE_DIR
 from lmsforge.verify.pytorch_c10 import inputs as c10_inputs
 from lmsforge.verify.pytorch_c10.gtest import parse_gtest_json
 
 pytestmark = pytest.mark.slow
 
-SIM_DIR = Path(__file__).resolve().parents[2] / "lmsforge" / "verify" / "cuda_sim"
 SEEDED_ONLY = {"Sim.SeededDelaysReorderWorkAcrossStreams"}
 
 
@@ -29,7 +29,7 @@ def program(tmp_path_factory: pytest.TempPathFactory, real_cache_dir: Path) -> P
     cuda = c10_inputs.ensure_cuda_toolkit(real_cache_dir)
     build = tmp_path_factory.mktemp("cuda-sim-build")
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    subprocess.run(["cmake", *generator, "-S", str(SIM_DIR), "-B", str(build),
+    subprocess.run(["cmake", *generator, "-S", str(SOURCE_DIR), "-B", str(build),
                     f"-DCUDAToolkit_ROOT={cuda}", f"-DCUDAToolkit_INCLUDE_DIR={cuda / 'include'}",
                     f"-DCUDA_cudart_LIBRARY={cuda / 'lib64' / 'libcudart.so'}"],
                    check=True, capture_output=True)

@@ -1,5 +1,5 @@
 """Every header a level's build reads comes from the tree, from what the build generates, or from
-an input declared for that level in ``lmsforge/inputs.py`` (issue 11 item 2: the TensorFlow
+an input declared for that level in ``lmsforge/verify/inputs.py`` (issue 11 item 2: the TensorFlow
 compile level read googlemock headers that only core-cpu declared).
 
 The headers are the ones the real builds read: ``ninja -t deps`` of the c10 build, and ``g++ -M``
@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, Verification
-from lmsforge import git, inputs, upstream
+from lmsforge import git
+from lmsforge.upstream import tree as upstream
+from lmsforge.verify import inputs
 from lmsforge.cache import Cache
 from lmsforge.verify.pytorch_codegen import inputs as codegen_inputs, torchgen, units
 from lmsforge.verify.tensorflow_tf import compile_units, core_cpu, inputs as tf_inputs, toolchain

@@ -30,7 +30,7 @@ import yaml
 
 from conftest import real_test_cache
 from fixtures import git, lmsforge, snapshot
-from lmsforge import series as series_mod
+from lmsforge.series import manifest as series_mod
 
 REPO = Path(__file__).resolve().parents[2]
 NO_CAPS = ["setpriv", "--inh-caps=-all", "--bounding-set=-all",

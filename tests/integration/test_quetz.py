@@ -23,7 +23,8 @@ import pytest
 
 from conftest import REPO_ROOT, real_test_cache
 from fixtures import lmsforge
-from lmsforge import build, channel, credentials
+from lmsforge.packaging import rattler as build
+from lmsforge.channel import credentials, installer
 from quetz_server import QuetzServer, quetz_venv
 from test_channel import tiny_packages  # noqa: F401 (a fixture)
 
@@ -60,7 +61,7 @@ def test_publish_install_and_run_through_quetz(quetz, tiny_packages, tmp_path, m
     assert quetz.api_key not in first.output + again.output
 
     monkeypatch.setenv(credentials.ENV_HOST, quetz.host)
-    installed = channel.install(["lmsforge-tiny"], [_address(quetz)], tmp_path / "prefix",
+    installed = installer.install(["lmsforge-tiny"], [_address(quetz)], tmp_path / "prefix",
                                 cache_dir=tmp_path / "cache")
     assert any(p.startswith("lmsforge-tiny=1.0.0=") for p in installed.packages)
     run = subprocess.run([tmp_path / "prefix" / "bin" / "lmsforge-tiny"], capture_output=True,
@@ -70,7 +71,7 @@ def test_publish_install_and_run_through_quetz(quetz, tiny_packages, tmp_path, m
     # what a conda user types: the key in the URL, no other configuration
     monkeypatch.delenv(credentials.ENV_TOKEN)
     conda_style = f"{quetz.base}/t/{quetz.api_key}/get/{CHANNEL}"
-    again_installed = channel.install(["lmsforge-tiny"], [conda_style], tmp_path / "prefix2",
+    again_installed = installer.install(["lmsforge-tiny"], [conda_style], tmp_path / "prefix2",
                                       cache_dir=tmp_path / "cache2")
     assert any(p.startswith("lmsforge-tiny=1.0.0=") for p in again_installed.packages)
     assert quetz.api_key not in repr(again_installed)
@@ -82,7 +83,7 @@ def test_the_channel_is_private(quetz, tmp_path, tiny_packages, monkeypatch):
                     str(tiny_packages["1.0.0"])).exit_code == 0
     monkeypatch.delenv(credentials.ENV_TOKEN)
     with pytest.raises(Exception, match="refused the credentials"):
-        channel.install(["lmsforge-tiny"], [_address(quetz)], tmp_path / "prefix",
+        installer.install(["lmsforge-tiny"], [_address(quetz)], tmp_path / "prefix",
                         cache_dir=tmp_path / "cache")
 
 
@@ -102,7 +103,7 @@ def test_a_wrong_or_missing_key_is_a_one_line_exit_2(quetz, tiny_packages, tmp_p
         assert quetz.api_key not in run.output and (key or "\0") not in run.output
     monkeypatch.setenv(credentials.ENV_TOKEN, quetz.api_key)  # the refused upload left nothing
     monkeypatch.setenv(credentials.ENV_HOST, quetz.host)
-    listed = channel.available("lmsforge-tiny", [_address(quetz)], "linux-64")
+    listed = installer.available("lmsforge-tiny", [_address(quetz)], "linux-64")
     assert "1.1.0" not in {version for version, _ in listed}
 
 
@@ -163,7 +164,7 @@ def test_readme_cluster_example_against_quetz(quetz, core_package_builds, tmp_pa
     conda_line = conda_line.replace(README_KEY, quetz.api_key)  # the placeholder has spaces
     private = conda_line.split("-c ")[1].split()[0]
     url = private.replace(f"https://{README_HOST}", quetz.base)
-    installed = channel.install([build.CORE_PACKAGE], [url], tmp_path / "cluster",
+    installed = installer.install([build.CORE_PACKAGE], [url], tmp_path / "cluster",
                                 cache_dir=tmp_path / "cache")
     assert any(p.startswith("pytorch-lms-core=2.6.0=cpu_lms_") for p in installed.packages)
     assert (tmp_path / "cluster" / "lib" / "libc10.so").is_file()

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from fixtures import lmsforge
-from lmsforge import build, channel, credentials
+from lmsforge.packaging import rattler as build
+from lmsforge.channel import credentials, publisher
 
 FAKE_RECIPE = """\
 schema_version: 1
@@ -83,7 +84,7 @@ def no_inherited_credentials(monkeypatch):
 @pytest.fixture
 def two_tag_channel(tmp_path, stand_ins) -> Path:
     chan = tmp_path / "chan"
-    channel.publish(list(stand_ins.values()), chan)
+    publisher.publish(list(stand_ins.values()), chan)
     return chan
 
 
@@ -101,7 +102,7 @@ def test_each_tag_installs_and_tests_its_own_package(two_tag_channel, tmp_path, 
 
 def test_a_tag_the_channel_lacks_is_refused_before_installing(tmp_path, stand_ins):
     chan = tmp_path / "only-2.6.0"
-    channel.publish([stand_ins["v2.6.0"]], chan)
+    publisher.publish([stand_ins["v2.6.0"]], chan)
     prefix = tmp_path / "prefix"
     result = lmsforge("test", "--framework", "pytorch", "--tag", "v1.13.1", "--channel",
                       str(chan), "--prefix", str(prefix), "--cpu")

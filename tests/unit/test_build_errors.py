@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from lmsforge import build
+from lmsforge.packaging import rattler as build
 
 
 def _script_log(output_dir: Path, name: str, text: str, age: float = 0.0) -> Path:

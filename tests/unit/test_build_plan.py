@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lmsforge import build_plan, recipes, toolchain
 from lmsforge.errors import UsageError
+from lmsforge.packaging import plan as build_plan, recipes, toolchain
 
 CUDA_13 = toolchain.CudaToolkit(Path("/opt/cuda-13.0"), (13, 0, 48))
 CUDA_12_8 = toolchain.CudaToolkit(Path("/opt/cuda-12.8"), (12, 8))

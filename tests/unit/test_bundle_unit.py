@@ -16,7 +16,8 @@ from types import ModuleType
 import pytest
 
 from fixtures import commit_patch
-from lmsforge import bundle, series as series_mod
+from lmsforge.series import manifest as series_mod
+from lmsforge.verify import bundle
 from lmsforge.commands import bundle as bundle_command
 from lmsforge.errors import LmsforgeError, UsageError
 from lmsforge.options import Options

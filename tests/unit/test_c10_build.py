@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lmsforge import debian
+from lmsforge.upstream import debian
 
 from lmsforge.errors import UsageError
 from lmsforge.frameworks import pytorch

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lmsforge import channel_address as ca
+from lmsforge.channel import address as ca
 from lmsforge.errors import UsageError
 
 TOKEN = "tok-5f1e9a7c2b"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lmsforge import credentials
+from lmsforge.channel import credentials
 from lmsforge.errors import UsageError
 
 TOKEN = "tok-5f1e9a7c2b"

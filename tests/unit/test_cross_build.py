@@ -6,8 +6,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from lmsforge import emulation, sysroot, toolchain
 from lmsforge.cli import main
+from lmsforge.packaging import emulation, sysroot, toolchain
 
 
 def test_ppc64le_toolchain_file_uses_the_cross_compiler_and_only_target_libraries(tmp_path):
@@ -77,7 +77,7 @@ def test_build_with_an_empty_channel_is_a_usage_error_that_writes_nothing(tmp_pa
 
 def test_doctor_reports_each_platform_and_warns_when_ppc64le_tests_cannot_run(monkeypatch,
                                                                               tmp_path):
-    from lmsforge import doctor
+    from lmsforge.commands import doctor
 
     checks = {c.name: c for c in doctor.platform_checks(tmp_path)}
     assert {"linux-64 build", "CUDA toolkit", "linux-ppc64le build",

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from fixtures import lmsforge
-from lmsforge import inputs
+from lmsforge.verify import inputs
 from lmsforge.errors import LmsforgeError
 from lmsforge.verify.levels import FAIL, LEVELS, PASS, LevelContext, LevelResult, dispatch
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from lmsforge.errors import UsageError
-from lmsforge.port_report import cell
-from lmsforge.port_state import STATE_FILE, FinishJournal, PatchState, PortState, command
+from lmsforge.port.report import cell
+from lmsforge.port.state import STATE_FILE, FinishJournal, PatchState, PortState, command
 
 
 def _state(patches_dir: str = "/src/lms forge/patches") -> PortState:

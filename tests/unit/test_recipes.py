@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lmsforge import recipes
 from lmsforge.errors import UsageError
+from lmsforge.packaging import recipes
 
 PYTORCH = recipes.SeriesIdentity(
     "pytorch", "v2.6.0", "f" * 64,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lmsforge import patchfile, series
 from lmsforge.errors import UsageError
+from lmsforge.series import manifest as series, patchfile
 
 
 def problems_of(folder: Path) -> list[str]:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from lmsforge import frameworks, sources
 from lmsforge.errors import UsageError
+from lmsforge.series import catalogue
+from lmsforge.upstream import sources
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,9 +30,9 @@ def test_bundled_declarations_name_the_debian_archives():
 
 def test_ibm_era_tags_are_known_but_have_no_series():
     patches = REPO / "patches"
-    pytorch = frameworks.sources_for(patches, "pytorch")
+    pytorch = catalogue.sources_for(patches, "pytorch")
     with pytest.raises(UsageError) as info:
-        frameworks.series_folder(patches, pytorch, "v1.4.0")
+        catalogue.series_folder(patches, pytorch, "v1.4.0")
     message = str(info.value)
     assert message.startswith("no LMS series for v1.4.0 yet; series exist for ")
     assert "create one with `lmsforge port --framework pytorch --from " in message

@@ -126,7 +126,7 @@ def test_unpacked_wheel_takes_only_headers_and_framework_library(tmp_path: Path)
 
 def test_missing_packages_without_root_is_a_one_line_error(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from lmsforge import debian
+    from lmsforge.upstream import debian
 
     monkeypatch.setattr(debian, "missing_packages", lambda packages: list(packages))
     monkeypatch.setattr(debian.os, "geteuid", lambda: 1000)

@@ -5,7 +5,7 @@ Debian packages are checked with dpkg and installed with apt-get only when runni
 than installed, because nothing else on the machine should start depending on it. On a host
 without a CUDA toolkit, the CUDA headers and ``libcudart`` come the same way from NVIDIA's
 ``nvidia-cuda-runtime`` and ``nvidia-cuda-crt`` wheels (c10_cuda is plain C++ against the runtime
-API: it needs no nvcc). The level declarations that name these are in ``lmsforge/inputs.py``.
+API: it needs no nvcc). The level declarations that name these are in ``lmsforge/verify/inputs.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 from lmsforge.cache import Cache
-from lmsforge import debian
+from lmsforge.upstream import debian
 from lmsforge.errors import LmsforgeError
 
 DEBIAN_PACKAGES = ("libfmt-dev", "libcpuinfo-dev", "libgtest-dev")

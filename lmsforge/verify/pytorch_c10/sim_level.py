@@ -1,5 +1,5 @@
 """The `core-sim` level: the series' unchanged CUDA tests, linked against lmsforge's simulated
-CUDA runtime (``verify/cuda_sim``), run once per seed of its adversarial scheduler, then both
+CUDA runtime (``lmsforge/sim``), run once per seed of its adversarial scheduler, then both
 benchmarks in their short mode, whose data checks must pass (``docs/core-sim.md``).
 
 A seed fixes the random delays of every stream, so a failure names its seed and the command
@@ -25,7 +25,7 @@ LEVEL = "core-sim"
 SEED_TIMEOUT_S = 600.0
 BENCH_TIMEOUT_S = 600.0
 # Two devices, so the two-device tests run; the rest of the simulator's defaults
-# (lmsforge/verify/cuda_sim/README.md).
+# (lmsforge/sim/README.md).
 SIM_ENV = {"LMS_SIM_DEVICES": "2"}
 BENCHMARKS = (("lms_bench_copy_sim", "copy-engine"), ("lms_bench_oversub_sim", "oversubscription"))
 

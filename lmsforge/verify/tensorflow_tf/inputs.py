@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 from lmsforge.cache import Cache
-from lmsforge import debian
+from lmsforge.upstream import debian
 from lmsforge.errors import LmsforgeError
 
 TF_VERSION = "2.14.1"

@@ -1,0 +1,340 @@
+#include "state.h"
+
+#include "capture.h"
+#include "errors.h"
+#include "settings.h"
+
+#include <algorithm>
+
+namespace lms_sim {
+
+namespace {
+
+thread_local int thread_device = 0;
+// The calling thread's per-thread default stream of each device.
+thread_local std::vector<StreamRef> thread_streams;
+
+void prune(std::vector<std::weak_ptr<StreamState>>& streams) {
+  streams.erase(std::remove_if(streams.begin(), streams.end(),
+                               [](const std::weak_ptr<StreamState>& s) { return s.expired(); }),
+                streams.end());
+}
+
+} // namespace
+
+Device::Device(int index_, size_t capacity)
+    : index(index_),
+      arena(index_, capacity),
+      legacy(make_stream(index_, StreamKind::kLegacy, 0, 0)) {}
+
+Runtime::Runtime() : pinned_(settings().pinned_memory) {
+  for (int i = 0; i < settings().devices; ++i) {
+    devices_.push_back(std::make_unique<Device>(i, settings().device_memory));
+  }
+}
+
+Runtime& Runtime::get() {
+  // Leaked on purpose: programs call CUDA from static destructors and from
+  // threads that outlive main(); stream workers must never see it destroyed.
+  static auto* runtime = new Runtime();
+  return *runtime;
+}
+
+int Runtime::current_device() const {
+  return thread_device;
+}
+
+void Runtime::set_current_device(int index) {
+  thread_device = index;
+}
+
+void Runtime::create_context(int index) {
+  device(index).context.store(true);
+}
+
+Device& Runtime::current_with_context() {
+  create_context(thread_device);
+  return device(thread_device);
+}
+
+Place Runtime::locate(const void* ptr, size_t bytes) {
+  for (const auto& d : devices_) {
+    if (d->arena.owns_address(ptr)) {
+      return Place{Place::kDevice, d->index, d->arena.view(ptr, bytes) != nullptr};
+    }
+  }
+  void* base = nullptr;
+  size_t size = 0;
+  int device = cudaInvalidDeviceId;
+  if (pinned_.find(ptr, &base, &size, &device)) {
+    return Place{Place::kPinned, device, true};
+  }
+  return Place{Place::kPageable, cudaInvalidDeviceId, true};
+}
+
+uint8_t* Runtime::device_bytes(const void* ptr, size_t bytes) {
+  for (const auto& d : devices_) {
+    if (d->arena.owns_address(ptr)) {
+      return d->arena.view(ptr, bytes);
+    }
+  }
+  return nullptr;
+}
+
+cudaError_t Runtime::sticky_error(int index) {
+  if (!valid_device(index)) {
+    return cudaSuccess;
+  }
+  return static_cast<cudaError_t>(device(index).sticky.load());
+}
+
+void Runtime::fault(const Op& op, cudaError_t status) {
+  int expected = cudaSuccess;
+  if (device(op.device).sticky.compare_exchange_strong(expected, status)) {
+    report(std::string(error_name(status)) + " on cuda:" + std::to_string(op.device) +
+           " in " + op.what + ": it touched memory that is not allocated on the device; " +
+           "every later call on this device fails");
+  }
+}
+
+StreamRef Runtime::per_thread_stream(int index) {
+  if (thread_streams.size() < devices_.size()) {
+    thread_streams.resize(devices_.size());
+  }
+  StreamRef& stream = thread_streams[static_cast<size_t>(index)];
+  if (!stream) {
+    stream = make_stream(index, StreamKind::kPerThread, 0, 0);
+    Device& d = device(index);
+    std::lock_guard<std::mutex> guard(d.ordering);
+    d.streams.push_back(stream);
+  }
+  return stream;
+}
+
+StreamRef Runtime::resolve(cudaStream_t handle, cudaError_t* status) {
+  *status = cudaSuccess;
+  if (handle == nullptr || handle == cudaStreamLegacy) {
+    return device(thread_device).legacy;
+  }
+  if (handle == cudaStreamPerThread) {
+    return per_thread_stream(thread_device);
+  }
+  std::lock_guard<std::mutex> guard(handles_mutex_);
+  if (streams_.count(handle) == 0) {
+    *status = cudaErrorInvalidResourceHandle;
+    return nullptr;
+  }
+  return handle->state;
+}
+
+cudaStream_t Runtime::create_stream(int index, unsigned flags, int priority) {
+  StreamRef stream = make_stream(index, StreamKind::kCreated, flags, priority);
+  {
+    Device& d = device(index);
+    std::lock_guard<std::mutex> guard(d.ordering);
+    prune(d.streams);
+    d.streams.push_back(stream);
+  }
+  auto* handle = new CUstream_st{stream};
+  std::lock_guard<std::mutex> guard(handles_mutex_);
+  streams_.insert(handle);
+  return handle;
+}
+
+cudaError_t Runtime::destroy_stream(cudaStream_t handle) {
+  {
+    std::lock_guard<std::mutex> guard(handles_mutex_);
+    if (handle == nullptr || streams_.erase(handle) == 0) {
+      return cudaErrorInvalidResourceHandle;
+    }
+  }
+  // Work already queued still runs, as on a GPU; the handle is gone now.
+  handle->state->retire();
+  delete handle;
+  return cudaSuccess;
+}
+
+std::shared_ptr<EventState> Runtime::resolve(cudaEvent_t handle, cudaError_t* status) {
+  std::lock_guard<std::mutex> guard(handles_mutex_);
+  if (handle == nullptr || events_.count(handle) == 0) {
+    *status = cudaErrorInvalidResourceHandle;
+    return nullptr;
+  }
+  *status = cudaSuccess;
+  return handle->state;
+}
+
+cudaEvent_t Runtime::create_event(int index, unsigned flags) {
+  auto* handle = new CUevent_st{std::make_shared<EventState>(index, flags)};
+  std::lock_guard<std::mutex> guard(handles_mutex_);
+  events_.insert(handle);
+  return handle;
+}
+
+cudaError_t Runtime::destroy_event(cudaEvent_t handle) {
+  {
+    std::lock_guard<std::mutex> guard(handles_mutex_);
+    if (handle == nullptr || events_.erase(handle) == 0) {
+      return cudaErrorInvalidResourceHandle;
+    }
+  }
+  delete handle;  // a pending record keeps its marker; nothing else refers to the event
+  return cudaSuccess;
+}
+
+cudaError_t Runtime::submit(const StreamRef& stream, Op op) {
+  Captures& captures = Captures::get();
+  std::lock_guard<std::mutex> guard(captures.mutex());
+  if (stream->capture) {
+    return captures.record_locked(stream, std::move(op));
+  }
+  if (stream->kind == StreamKind::kLegacy) {
+    cudaError_t status = captures.check_legacy_locked(stream->device);
+    if (status != cudaSuccess) {
+      return status;
+    }
+  }
+  append(stream, std::move(op));
+  return cudaSuccess;
+}
+
+Position Runtime::append(const StreamRef& stream, Op op) {
+  if (stream->kind != StreamKind::kLegacy && !stream->blocking()) {
+    return stream->push(std::move(op));
+  }
+  Device& d = device(stream->device);
+  std::lock_guard<std::mutex> guard(d.ordering);
+  auto wait_for_tail = [&op](const StreamRef& other) {
+    Position tail = other->tail();
+    op.not_before = std::max(op.not_before, tail.end);
+    if (tail.index != 0 && !other->reached(tail.index)) {
+      op.waits.push_back(Dependency{other, tail.index});
+    }
+  };
+  if (stream->kind == StreamKind::kLegacy) {
+    for (const auto& weak : d.streams) {
+      StreamRef other = weak.lock();
+      if (other && other->blocking()) {
+        wait_for_tail(other);
+      }
+    }
+  } else {
+    wait_for_tail(d.legacy);
+  }
+  return stream->push(std::move(op));
+}
+
+cudaError_t Runtime::wait_really(const StreamRef& stream, uint64_t index) {
+  Progress::instance().wait([&] {
+    return stream->reached(index) || sticky_error(stream->device) != cudaSuccess;
+  });
+  return sticky_error(stream->device);
+}
+
+cudaError_t Runtime::wait(const StreamRef& stream, Position position) {
+  cudaError_t status = wait_really(stream, position.index);
+  Timing::get().reach(position.end);
+  return status;
+}
+
+cudaError_t Runtime::wait_for(const std::shared_ptr<Timestamp>& marker, int index) {
+  Progress::instance().wait([&] {
+    return marker->reached.load(std::memory_order_acquire) ||
+        sticky_error(index) != cudaSuccess;
+  });
+  Timing::get().reach(marker->virtual_end);
+  return sticky_error(index);
+}
+
+cudaError_t Runtime::synchronize_stream(const StreamRef& stream) {
+  if (stream->kind == StreamKind::kLegacy) {
+    // Like any action on the legacy stream, a synchronisation first waits for
+    // the blocking streams of its device.
+    Op marker;
+    marker.device = stream->device;
+    marker.what = "cudaStreamSynchronize marker";
+    return wait(stream, append(stream, std::move(marker)));
+  }
+  return wait(stream, stream->tail());
+}
+
+VirtualNs Runtime::stream_end(const StreamRef& stream) {
+  VirtualNs end = stream->tail().end;
+  if (stream->kind == StreamKind::kLegacy) {
+    for (const StreamRef& other : streams_of(stream->device)) {
+      if (other->blocking()) {
+        end = std::max(end, other->tail().end);
+      }
+    }
+  }
+  return end;
+}
+
+cudaError_t Runtime::observe(VirtualNs end, const std::function<bool()>& really_done,
+                             int index) {
+  if (end > Timing::get().now()) {
+    return cudaErrorNotReady;
+  }
+  if (really_done()) {
+    return cudaSuccess;
+  }
+  if (host_functions_.load() > 0) {
+    return cudaErrorNotReady;
+  }
+  Progress::instance().wait([&] {
+    return really_done() || sticky_error(index) != cudaSuccess;
+  });
+  return sticky_error(index);
+}
+
+bool Runtime::stream_idle(const StreamRef& stream) {
+  if (!stream->idle()) {
+    return false;
+  }
+  if (stream->kind == StreamKind::kLegacy) {
+    for (const StreamRef& other : streams_of(stream->device)) {
+      if (other->blocking() && !other->idle()) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+std::vector<StreamRef> Runtime::streams_of(int index) {
+  Device& d = device(index);
+  std::vector<StreamRef> streams{d.legacy};
+  std::lock_guard<std::mutex> guard(d.ordering);
+  for (const auto& weak : d.streams) {
+    if (StreamRef stream = weak.lock()) {
+      streams.push_back(stream);
+    }
+  }
+  return streams;
+}
+
+cudaError_t Runtime::synchronize_device(int index) {
+  VirtualNs end = 0;
+  for (const StreamRef& stream : streams_of(index)) {
+    Position tail = stream->tail();
+    cudaError_t status = wait_really(stream, tail.index);
+    if (status != cudaSuccess) {
+      return status;
+    }
+    end = std::max(end, tail.end);
+  }
+  Timing::get().reach(end);
+  return cudaSuccess;
+}
+
+cudaError_t Runtime::synchronize_all() {
+  for (int index = 0; index < device_count(); ++index) {
+    cudaError_t status = synchronize_device(index);
+    if (status != cudaSuccess) {
+      return status;
+    }
+  }
+  return cudaSuccess;
+}
+
+} // namespace lms_sim

@@ -1,0 +1,41 @@
+#pragma once
+
+// What every exported runtime function shares.
+
+#include "errors.h"
+#include "state.h"
+#include "stream.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+namespace lms_sim {
+
+// The prologue and epilogue of a runtime call: refused inside host functions
+// (cudaErrorNotPermitted), the current device's sticky error once its
+// context is poisoned, and a failure remembered as the thread's last error.
+template <typename Body>
+cudaError_t api_call(const char* function, Body&& body) {
+  if (in_host_function()) {
+    return record(cudaErrorNotPermitted);
+  }
+  try {
+    Runtime& runtime = Runtime::get();
+    cudaError_t sticky = runtime.sticky_error(runtime.current_device());
+    if (sticky != cudaSuccess) {
+      return record(sticky);
+    }
+    return record(body(runtime));
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "lms_cuda_sim: %s: internal error: %s\n", function, error.what());
+    std::abort();
+  }
+}
+
+std::string format_bytes(size_t bytes);
+
+} // namespace lms_sim
