@@ -51,6 +51,10 @@ EXPECTED_FAILURES = {
                                           "KeepAlivePatternNeedsNoRecordStream",
                                           "LargeModelSupportCudaTest."
                                           "PageInKeepsTheStorageOnItsStream"},
+    # A storage paged in ahead and freed unused (destroyed, or resized to nothing) gives its
+    # block back unordered after its copy, which then overwrites the block's next owner.
+    "unused-prefetch-freed-before-its-copy.patch": {
+        "LargeModelSupportCudaTest.AnUnusedPrefetchFreedDoesNotOverwriteTheNextOwner"},
 }
 
 
