@@ -59,6 +59,17 @@ class ChannelAddress:
         return Path(urllib.parse.unquote(urllib.parse.urlsplit(self.read_url).path))
 
     @property
+    def hosts(self) -> tuple[str, ...]:
+        """Every host this channel's credentials are filed under: ``host`` (where they are looked
+        up and uploads go), then the host downloads go to, which differs for prefix.dev
+        (``repo.prefix.dev``) and anaconda.org (``conda.anaconda.org``); rattler sends a
+        credential only to the host it is filed under (or a ``*.`` glob of it)."""
+        if not self.host:
+            return ()
+        read_host = urllib.parse.urlsplit(self.read_url).hostname or self.host
+        return tuple(dict.fromkeys((self.host, read_host)))
+
+    @property
     def has_url_credentials(self) -> bool:
         parts = urllib.parse.urlsplit(self.read_url)
         return bool(parts.username or parts.password or "/t/" in parts.path)
