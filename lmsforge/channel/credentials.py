@@ -3,21 +3,23 @@
 One source, in rattler's own format: the auth file named by ``RATTLER_AUTH_FILE`` (a JSON map of
 host, or ``*.domain`` glob, to ``{"BearerToken": …}``, ``{"CondaToken": …}``,
 ``{"BasicHTTP": {"username": …, "password": …}}`` or ``{"S3Credentials": {"access_key_id": …,
-"secret_access_key": …, "session_token": … or null}}``), rattler's four kinds, all passed through
-as they are. An entry of a kind this rattler does not know (a newer one, or a typo) is refused
-only when a command would hand it to rattler (its host is one of the command's channels); the
-file is shared with pixi and rattler-build, so entries for other hosts are not ours to judge. The environment variables are a shortcut for
-ONE host: ``LMSFORGE_CHANNEL_TOKEN`` (or ``LMSFORGE_CHANNEL_USER`` + ``LMSFORGE_CHANNEL_PASSWORD``)
-belong to the host named by ``LMSFORGE_CHANNEL_HOST``; only ``lmsforge publish`` may leave that
-unset, and then they belong to the one channel it publishes to. For that host the shortcut wins
-over an auth-file entry.
+"secret_access_key": …, "session_token": … or null}}``): rattler's four kinds, all passed
+through as they are. An entry of a kind this rattler does not know (a newer one, or a typo) is
+refused only when a command would hand it to rattler (its host is one of the command's
+channels); the file is shared with pixi and rattler-build, so entries for other hosts are not
+ours to judge.
+
+The environment variables are a shortcut for ONE host: ``LMSFORGE_CHANNEL_TOKEN`` (or
+``LMSFORGE_CHANNEL_USER`` + ``LMSFORGE_CHANNEL_PASSWORD``) belong to the host named by
+``LMSFORGE_CHANNEL_HOST``; only ``lmsforge publish`` may leave that unset, and then they belong
+to the one channel it publishes to. For that host the shortcut wins over an auth-file entry.
 
 Every command hands rattler (and rattler-build) a private auth file, mode 0600, that holds entries
 for the hosts of that command's channels and nothing else, so a token is sent only to the host it
 was given for and never to a mirror or conda-forge next to it. A hosted service that uploads on
 one host and serves downloads from another (prefix.dev and ``repo.prefix.dev``, anaconda.org and
-``conda.anaconda.org``) is one channel: its credential is filed under both hosts. Every line we print or log goes
-through ``redact``.
+``conda.anaconda.org``) is one channel: its credential is filed under both hosts. Every line we
+print or log goes through ``redact``.
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ index files other tools write — ``current_repodata.json`` (conda reads it firs
 * keeps every compressed copy of each index file it writes in step with it: ``<index>.zst``
   (always; conda and rattler read it before the ``.json``) and ``<index>.bz2`` are compressed
   again from the new file; a copy in another compressed format (``.gz``, ``.xz``, ...:
-  ``OTHER_COMPRESSED``) would go stale, so it is returned to the publisher, which removes it. A stale ``current_repodata.json.zst`` made conda
-  on a GPU host install the CPU build of a package whose CUDA build had just been published.
+  ``OTHER_COMPRESSED``) would go stale, so it is returned to the publisher, which removes it.
+  A stale ``current_repodata.json.zst`` made conda on a GPU host install the CPU build of a
+  package whose CUDA build had just been published.
 
 Files it does not touch: ``index.html`` listings (no client reads them) and the sharded index
 (``repodata_shards.msgpack.zst``, which the publisher removes so readers fall back to
