@@ -6,11 +6,17 @@ as a public mirror), and ``PUT /<NAME>/<subdir>/<file>`` adds a package with ``p
 request is appended to a JSON-lines log (method, path, status, Authorization header), so a test
 can prove which credentials a server did or did not see.
 
+With ``private_host`` it also stands in for hosts it does not own: a client sends it requests for
+``http://<any host>/<NAME>/...`` as to an HTTP proxy (``HTTP_PROXY``), the log records the host
+asked for and any conda token in the path (``/t/<token>/``), and only requests for PRIVATE_HOST
+need credentials (a bearer token, basic auth, or ``conda_token`` in the path). So one loopback
+server can play both the download host of a hosted service and a host next to it.
+
 It runs as a process of its own: py-rattler-build's uploaders hold the GIL while they wait for
 the server, so a server thread in the test process would never answer.
 
     python tests/channel_server.py ROOT --name lms --host 127.0.0.2 --log LOG --ready FILE
-        [--token T] [--basic USER:PASSWORD]
+        [--token T] [--basic USER:PASSWORD] [--conda-token T] [--private-host HOST]
 """
 
 from __future__ import annotations
@@ -19,12 +25,14 @@ import argparse
 import base64
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import tempfile
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +46,8 @@ class ChannelServer:
 
     def __init__(self, root: Path, *, token: str | None = None,
                  basic: tuple[str, str] | None = None, host: str = "127.0.0.1",
-                 name: str = "lms") -> None:
+                 name: str = "lms", conda_token: str | None = None,
+                 private_host: str | None = None) -> None:
         self.root, self.host, self.name = root, host, name
         self.workdir = Path(tempfile.mkdtemp(prefix="lmsforge-server-"))
         self.log = self.workdir / "requests.jsonl"
@@ -48,6 +57,10 @@ class ChannelServer:
             self.args += ["--token", token]
         if basic:
             self.args += ["--basic", ":".join(basic)]
+        if conda_token:
+            self.args += ["--conda-token", conda_token]
+        if private_host:
+            self.args += ["--private-host", private_host]
         self.process: subprocess.Popen | None = None
         self.url = ""
 
@@ -81,6 +94,16 @@ class ChannelServer:
         return [e["authorization"] for e in self._entries() if e["authorization"]]
 
     @property
+    def entries(self) -> list[dict]:
+        """Every request: method, path, status, authorization, host, conda_token."""
+        return self._entries()
+
+    @property
+    def proxy(self) -> str:
+        """``http://HOST:PORT``: this server as an HTTP proxy."""
+        return self.url.rsplit("/", 1)[0]
+
+    @property
     def raw_log(self) -> str:
         return self.log.read_text() if self.log.is_file() else ""
 
@@ -98,7 +121,8 @@ def _read_body(handler: BaseHTTPRequestHandler) -> bytes:
     return handler.rfile.read(int(handler.headers.get("Content-Length", "0")))
 
 
-def serve(root: Path, name: str, host: str, log: Path, ready: Path, accepted: set[str]) -> None:
+def serve(root: Path, name: str, host: str, log: Path, ready: Path, accepted: set[str],
+          conda_token: str | None = None, private_host: str | None = None) -> None:
     from lmsforge.channel import publisher
     from lmsforge.errors import UsageError
 
@@ -108,11 +132,21 @@ def serve(root: Path, name: str, host: str, log: Path, ready: Path, accepted: se
         def log_message(self, *args: object) -> None:
             pass
 
+        def _target(self) -> tuple[str, str, str | None]:
+            """(host asked for, path without any /t/<token>, that token)."""
+            parts = urlsplit(self.path)
+            asked = parts.hostname or (self.headers.get("Host") or "").rsplit(":", 1)[0]
+            found = re.fullmatch(r"/t/([^/]+)(/.*)", parts.path)
+            return (asked, found.group(2), found.group(1)) if found else (asked, parts.path,
+                                                                          None)
+
         def _reply(self, code: int, body: bytes = b"", headers: dict | None = None) -> None:
+            asked, _, token_in_path = self._target()
             with open(log, "a") as stream:
                 stream.write(json.dumps({"method": self.command, "path": self.path,
                                          "status": code,
-                                         "authorization": self.headers.get("Authorization")})
+                                         "authorization": self.headers.get("Authorization"),
+                                         "host": asked, "conda_token": token_in_path})
                              + "\n")
             self.send_response(code)
             for key, value in (headers or {}).items():
@@ -123,7 +157,13 @@ def serve(root: Path, name: str, host: str, log: Path, ready: Path, accepted: se
                 self.wfile.write(body)
 
         def _authorized(self) -> bool:
-            if not accepted or self.headers.get("Authorization") in accepted:
+            asked, _, token_in_path = self._target()
+            if private_host and asked != private_host:
+                return True
+            if not accepted and not conda_token:
+                return True
+            if self.headers.get("Authorization") in accepted or \
+                    (conda_token and token_in_path == conda_token):
                 return True
             self._reply(401, b"unauthorized", {"WWW-Authenticate": 'Basic realm="lms"'})
             return False
@@ -131,7 +171,7 @@ def serve(root: Path, name: str, host: str, log: Path, ready: Path, accepted: se
         def do_GET(self) -> None:  # noqa: N802 (http.server's names)
             if not self._authorized():
                 return
-            path = self.path.split("?")[0]
+            path = self._target()[1]
             target = (root / path[len(prefix):]).resolve() if path.startswith(prefix) else None
             if target is None or root.resolve() not in target.parents or not target.is_file():
                 self._reply(404, b"not found")
@@ -179,6 +219,8 @@ def main() -> None:
     parser.add_argument("--ready", type=Path, required=True)
     parser.add_argument("--token")
     parser.add_argument("--basic")
+    parser.add_argument("--conda-token")
+    parser.add_argument("--private-host")
     args = parser.parse_args()
     accepted = set()
     if args.token:
@@ -186,7 +228,8 @@ def main() -> None:
     if args.basic:
         accepted.add("Basic " + base64.b64encode(args.basic.encode()).decode())
     sys.path.insert(0, str(REPO_ROOT))
-    serve(args.root, args.name, args.host, args.log, args.ready, accepted)
+    serve(args.root, args.name, args.host, args.log, args.ready, accepted, args.conda_token,
+          args.private_host)
 
 
 if __name__ == "__main__":

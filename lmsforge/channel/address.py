@@ -33,6 +33,9 @@ from lmsforge.errors import UsageError
 
 FOLDER, QUETZ, ARTIFACTORY, PREFIX, ANACONDA, S3 = (
     "folder", "quetz", "artifactory", "prefix.dev", "anaconda.org", "s3")
+# the hosted services: where packages are uploaded, and where they are downloaded from
+PREFIX_UPLOAD_BASE, PREFIX_READ_ROOT = "https://prefix.dev/", "https://repo.prefix.dev"
+ANACONDA_UPLOAD_BASE, ANACONDA_READ_ROOT = "https://anaconda.org/", "https://conda.anaconda.org"
 _SERVER_SCHEMES = {"quetz": QUETZ, "artifactory": ARTIFACTORY}
 
 
@@ -54,6 +57,17 @@ class ChannelAddress:
         if self.server != FOLDER:
             return None
         return Path(urllib.parse.unquote(urllib.parse.urlsplit(self.read_url).path))
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Every host this channel's credentials are filed under: ``host`` (where they are looked
+        up and uploads go), then the host downloads go to, which differs for prefix.dev
+        (``repo.prefix.dev``) and anaconda.org (``conda.anaconda.org``); rattler sends a
+        credential only to the host it is filed under (or a ``*.`` glob of it)."""
+        if not self.host:
+            return ()
+        read_host = urllib.parse.urlsplit(self.read_url).hostname or self.host
+        return tuple(dict.fromkeys((self.host, read_host)))
 
     @property
     def has_url_credentials(self) -> bool:
@@ -142,12 +156,12 @@ def _http(scheme: str, parts: urllib.parse.SplitResult, text: str) -> ChannelAdd
     host = parts.hostname or ""
     segments = _segments(parts)
     if host in ("prefix.dev", "repo.prefix.dev") and len(segments) == 1:
-        return ChannelAddress(PREFIX, f"https://repo.prefix.dev/{segments[0]}", "prefix.dev",
-                              "https://prefix.dev/", segments[0], BEARER)
+        return ChannelAddress(PREFIX, f"{PREFIX_READ_ROOT}/{segments[0]}", "prefix.dev",
+                              PREFIX_UPLOAD_BASE, segments[0], BEARER)
     if host == "anaconda.org" and 1 <= len(segments) <= 2:
         owner, label = segments[0], (segments[1] if len(segments) == 2 else "")
-        read = f"https://conda.anaconda.org/{owner}" + (f"/label/{label}" if label else "")
-        return ChannelAddress(ANACONDA, read, "anaconda.org", "https://anaconda.org/",
+        read = f"{ANACONDA_READ_ROOT}/{owner}" + (f"/label/{label}" if label else "")
+        return ChannelAddress(ANACONDA, read, "anaconda.org", ANACONDA_UPLOAD_BASE,
                               f"{owner}/{label}" if label else owner, CONDA_TOKEN)
     read = urllib.parse.urlunsplit((scheme, parts.netloc, parts.path.rstrip("/"), parts.query,
                                     ""))

@@ -1,17 +1,25 @@
 """Channel credentials: where they come from, which host gets them, and hiding them in output.
 
 One source, in rattler's own format: the auth file named by ``RATTLER_AUTH_FILE`` (a JSON map of
-host, or ``*.domain`` glob, to ``{"BearerToken": …}``, ``{"CondaToken": …}`` or
-``{"BasicHTTP": {"username": …, "password": …}}``). The environment variables are a shortcut for
-ONE host: ``LMSFORGE_CHANNEL_TOKEN`` (or ``LMSFORGE_CHANNEL_USER`` + ``LMSFORGE_CHANNEL_PASSWORD``)
-belong to the host named by ``LMSFORGE_CHANNEL_HOST``; only ``lmsforge publish`` may leave that
-unset, and then they belong to the one channel it publishes to. For that host the shortcut wins
-over an auth-file entry.
+host, or ``*.domain`` glob, to ``{"BearerToken": …}``, ``{"CondaToken": …}``,
+``{"BasicHTTP": {"username": …, "password": …}}`` or ``{"S3Credentials": {"access_key_id": …,
+"secret_access_key": …, "session_token": … or null}}``): rattler's four kinds, all passed
+through as they are. An entry of a kind this rattler does not know (a newer one, or a typo) is
+refused only when a command would hand it to rattler (its host is one of the command's
+channels); the file is shared with pixi and rattler-build, so entries for other hosts are not
+ours to judge.
+
+The environment variables are a shortcut for ONE host: ``LMSFORGE_CHANNEL_TOKEN`` (or
+``LMSFORGE_CHANNEL_USER`` + ``LMSFORGE_CHANNEL_PASSWORD``) belong to the host named by
+``LMSFORGE_CHANNEL_HOST``; only ``lmsforge publish`` may leave that unset, and then they belong
+to the one channel it publishes to. For that host the shortcut wins over an auth-file entry.
 
 Every command hands rattler (and rattler-build) a private auth file, mode 0600, that holds entries
 for the hosts of that command's channels and nothing else, so a token is sent only to the host it
-was given for and never to a mirror or conda-forge next to it. Every line we print or log goes
-through ``redact``.
+was given for and never to a mirror or conda-forge next to it. A hosted service that uploads on
+one host and serves downloads from another (prefix.dev and ``repo.prefix.dev``, anaconda.org and
+``conda.anaconda.org``) is one channel: its credential is filed under both hosts. Every line we
+print or log goes through ``redact``.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import re
 import tempfile
 import urllib.parse
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 from lmsforge.errors import UsageError
 
@@ -33,8 +41,8 @@ ENV_TOKEN = "LMSFORGE_CHANNEL_TOKEN"
 ENV_USER = "LMSFORGE_CHANNEL_USER"
 ENV_PASSWORD = "LMSFORGE_CHANNEL_PASSWORD"
 ENV_HOST = "LMSFORGE_CHANNEL_HOST"
-BEARER, CONDA_TOKEN, BASIC = "BearerToken", "CondaToken", "BasicHTTP"
-KINDS = (BEARER, CONDA_TOKEN, BASIC)
+BEARER, CONDA_TOKEN, BASIC, S3 = "BearerToken", "CondaToken", "BasicHTTP", "S3Credentials"
+KINDS = (BEARER, CONDA_TOKEN, BASIC, S3)  # rattler's ``Authentication``
 MIN_SECRET_LENGTH = 4  # shorter strings would blank out ordinary words in every message
 
 Credential = dict  # one auth-file value, e.g. {"BearerToken": "…"}
@@ -58,9 +66,13 @@ def auth_file_entries() -> dict[str, Credential]:
                          "(see docs/channel.md)")
     for host, entry in data.items():
         if not _valid_entry(entry):
-            raise UsageError(f"{AUTH_FILE_ENV}: the entry for {host!r} must be one of "
-                             f"{', '.join(KINDS)} (see docs/channel.md)")
+            raise _bad_entry(host)
     return data
+
+
+def _bad_entry(host: str) -> UsageError:
+    return UsageError(f"{AUTH_FILE_ENV}: the entry for {host!r} must be one of "
+                      f"{', '.join(KINDS)}, written as rattler writes it (see docs/channel.md)")
 
 
 def _valid_entry(entry: object) -> bool:
@@ -70,7 +82,13 @@ def _valid_entry(entry: object) -> bool:
     if kind == BASIC:
         return isinstance(value, dict) and all(isinstance(value.get(k), str)
                                                for k in ("username", "password"))
-    return kind in KINDS and isinstance(value, str)
+    if kind == S3:
+        return isinstance(value, dict) and \
+            all(isinstance(value.get(k), str) for k in ("access_key_id", "secret_access_key")) \
+            and isinstance(value.get("session_token"), (str, type(None)))
+    if kind in KINDS:
+        return isinstance(value, str)
+    return isinstance(kind, str) and isinstance(value, (str, dict))  # judged when used: for_hosts
 
 
 def env_credential(token_kind: str) -> Credential | None:
@@ -118,22 +136,28 @@ def _is_ip(host: str) -> bool:
     return bool(re.fullmatch(r"[\d.]+|\[[0-9a-fA-F:.]+\]", host))
 
 
-def for_hosts(hosts: Mapping[str, str], *, env_default_host: str | None = None
+def for_hosts(hosts: Mapping[str, str], *, env_default_host: str | None = None,
+              same_credentials: Mapping[str, Sequence[str]] | None = None
               ) -> dict[str, Credential]:
     """The credentials this command may send: HOSTS maps each HTTP host of its channels to the
-    token kind its server takes; hosts without credentials are left out."""
+    token kind its server takes; hosts without credentials are left out. SAME_CREDENTIALS maps a
+    host to the other hosts of the same channel (the download host of a hosted service): the
+    credential found for any of them (the environment's when it is bound to one of them) is
+    filed under all of them, unless one has an entry of its own."""
     entries = auth_file_entries()
     bound = env_host(env_default_host)
     chosen: dict[str, Credential] = {}
     for host, token_kind in hosts.items():
-        if host == bound:
-            credential = env_credential(token_kind)
+        group = list(dict.fromkeys([host, *(same_credentials or {}).get(host, ())]))
+        from_env = env_credential(token_kind) if bound in group else None
+        shared = from_env or next(
+            (found for found in (entry_for(h, entries) for h in group) if found), None)
+        for member in group:
+            credential = from_env or entry_for(member, entries) or shared
             if credential:
-                chosen[host] = credential
-                continue
-        credential = entry_for(host, entries)
-        if credential:
-            chosen[host] = credential
+                if next(iter(credential)) not in KINDS:
+                    raise _bad_entry(member)
+                chosen[member] = credential
     if bound is None and _env_is_set() and hosts:
         raise UsageError(f"{ENV_TOKEN}/{ENV_USER} are set but {ENV_HOST} is not; set it to the "
                          "host they belong to (credentials are never sent to every channel)")
@@ -165,9 +189,23 @@ def auth_file_for(credentials: Mapping[str, Credential]) -> Iterator[Path]:
 
 
 def secret_of(credential: Credential) -> str:
-    """The token, or the password, of one credential."""
+    """The token, the password, or the S3 secret key of one credential."""
     [(kind, value)] = credential.items()
-    return value["password"] if kind == BASIC else value
+    if kind == BASIC:
+        return value["password"]
+    if kind == S3:
+        return value["secret_access_key"]
+    return value if isinstance(value, str) else ""
+
+
+def _secret_values(credential: Credential) -> list[str]:
+    """Every string in CREDENTIAL that is or may be secret: all but a Basic user name (an S3
+    key id and session token too, and every string of a kind we do not know)."""
+    [(_, value)] = credential.items()
+    if isinstance(value, str):
+        return [value]
+    return [v for k, v in value.items() if isinstance(v, str) and k != "username"] \
+        if isinstance(value, dict) else []
 
 
 # --- redaction ----------------------------------------------------------------------------------
@@ -186,7 +224,7 @@ def secrets() -> list[str]:
     with contextlib.suppress(Exception):
         for entry in auth_file_entries().values():
             [(kind, value)] = entry.items()
-            found.append(secret_of(entry))
+            found += _secret_values(entry)
             if kind == BASIC:
                 pairs.append((value["username"], value["password"]))
     for user, password in pairs:

@@ -10,9 +10,16 @@ index files other tools write — ``current_repodata.json`` (conda reads it firs
 * keeps the channel's record, byte for byte, for every file it already listed (hot-fixes stay);
   new files get the fresh record; records of files no longer on disk go;
 * keeps ``removed`` and every other top-level key, and leaves removed files out of the index;
-* rewrites, from the merged index, every other index file the channel already had
-  (``current_repodata.json`` = the newest version of each package, which conda falls back from to
-  ``repodata.json`` when it does not solve), and ``channeldata.json``'s subdirs and versions.
+* always writes ``current_repodata.json`` (the newest version of each package; conda reads it
+  first and falls back to ``repodata.json`` only when it does not solve), rewrites
+  ``repodata_from_packages.json`` when the channel has one, and ``channeldata.json``'s subdirs and
+  versions;
+* keeps every compressed copy of each index file it writes in step with it: ``<index>.zst``
+  (always; conda and rattler read it before the ``.json``) and ``<index>.bz2`` are compressed
+  again from the new file; a copy in another compressed format (``.gz``, ``.xz``, ...:
+  ``OTHER_COMPRESSED``) would go stale, so it is returned to the publisher, which removes it.
+  A stale ``current_repodata.json.zst`` made conda on a GPU host install the CPU build of a
+  package whose CUDA build had just been published.
 
 Files it does not touch: ``index.html`` listings (no client reads them) and the sharded index
 (``repodata_shards.msgpack.zst``, which the publisher removes so readers fall back to
@@ -30,14 +37,25 @@ import zstandard
 
 RECORD_KEYS = ("packages", "packages.conda")
 REPODATA = "repodata.json"
-REFRESHED_COPIES = {"repodata.json.bz2": "bz2", "repodata.json.zst": "zst"}
 CURRENT = "current_repodata.json"
 FROM_PACKAGES = "repodata_from_packages.json"
 CHANNELDATA = "channeldata.json"
+COMPRESSORS = {  # the copies we write; conda and rattler read .zst first, .bz2 is conda's old one
+    ".zst": lambda data: zstandard.ZstdCompressor(level=19).compress(data),
+    ".bz2": bz2.compress,
+}
+ALWAYS_COMPRESSED = (".zst",)
+# compressed copies in other formats (what a web server or another tool may have put there); we do
+# not write them, so they are removed rather than left to contradict their source. Other names
+# (a keeper's ``repodata.json.bak``) are not copies a client reads and are left alone.
+OTHER_COMPRESSED = (".gz", ".xz", ".lzma", ".br", ".lz4", ".zstd", ".Z", ".zip", ".7z")
 
 
-def merge_into_staging(channel: Path, staging: Path) -> None:
-    """Make STAGING's index files (fresh from ``index_fs``) keep CHANNEL's metadata; see above."""
+def merge_into_staging(channel: Path, staging: Path) -> list[Path]:
+    """Make STAGING's index files (fresh from ``index_fs``) keep CHANNEL's metadata; see above.
+    Returns the files in CHANNEL to remove when the new index is committed: compressed copies of
+    an index file in a format we do not write, which would otherwise contradict it."""
+    obsolete: list[Path] = []
     for subdir in sorted(p for p in staging.iterdir() if p.is_dir()):
         fresh_file = subdir / REPODATA
         if not fresh_file.is_file():
@@ -46,20 +64,38 @@ def merge_into_staging(channel: Path, staging: Path) -> None:
         old_file = channel / subdir.name / REPODATA
         old = json.loads(old_file.read_text()) if old_file.is_file() else None
         merged = merge(old, fresh)
-        _write_json(fresh_file, merged)
+        written = {REPODATA: merged, CURRENT: current(merged)}
         if (channel / subdir.name / FROM_PACKAGES).is_file():
-            _write_json(subdir / FROM_PACKAGES, fresh)
-        if (channel / subdir.name / CURRENT).is_file():
-            _write_json(subdir / CURRENT, current(merged))
-        for name, codec in REFRESHED_COPIES.items():
-            if (subdir / name).is_file() or (channel / subdir.name / name).is_file():
-                data = fresh_file.read_bytes()
-                packed = bz2.compress(data) if codec == "bz2" else \
-                    zstandard.ZstdCompressor(level=19).compress(data)
-                (subdir / name).write_bytes(packed)
+            written[FROM_PACKAGES] = fresh
+        for name, data in written.items():
+            _write_json(subdir / name, data)
+            obsolete += _compress_copies(subdir / name, channel / subdir.name)
     if (channel / CHANNELDATA).is_file():
         channeldata = json.loads((channel / CHANNELDATA).read_text())
         _write_json(staging / CHANNELDATA, refresh_channeldata(channeldata, staging))
+    return obsolete
+
+
+def _compress_copies(source: Path, channel_subdir: Path) -> list[Path]:
+    """Write every compressed copy of SOURCE (staged) that the channel or the staging folder has,
+    and the ``.zst`` always; return the channel's copies in formats we do not write."""
+    prefix = source.name + "."
+    suffixes = {"." + p.name[len(prefix):] for folder in (source.parent, channel_subdir)
+                if folder.is_dir() for p in folder.iterdir()
+                if p.name.startswith(prefix) and p.is_file()}
+    data = source.read_bytes()
+    obsolete = []
+    for suffix in sorted(suffixes | set(ALWAYS_COMPRESSED)):
+        copy = source.with_name(source.name + suffix)
+        if suffix in COMPRESSORS:
+            copy.write_bytes(COMPRESSORS[suffix](data))
+            continue
+        if suffix not in OTHER_COMPRESSED:
+            continue
+        copy.unlink(missing_ok=True)
+        if (channel_subdir / copy.name).exists():
+            obsolete.append(channel_subdir / copy.name)
+    return obsolete
 
 
 def merge(old: dict | None, fresh: dict) -> dict:

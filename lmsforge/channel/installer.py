@@ -42,8 +42,9 @@ def addresses_for(channels: Sequence[str | Path]) -> list[ChannelAddress]:
 
 def read_credentials(addresses: Sequence[ChannelAddress]) -> dict[str, credentials.Credential]:
     """What reading ADDRESSES may send: each server host's own credentials, nothing else."""
-    hosts = {a.host: a.token_kind for a in addresses if a.folder is None and a.host}
-    return credentials.for_hosts(hosts)
+    servers = [a for a in addresses if a.folder is None and a.host]
+    return credentials.for_hosts({a.host: a.token_kind for a in servers},
+                                 same_credentials={a.host: a.hosts[1:] for a in servers})
 
 
 def available(name: str, channels: Sequence[str | Path], platform: str,

@@ -135,8 +135,8 @@ def publish_to_folder(infos: Sequence[PackageInfo], folder: Path, *,
         try:
             _stage(folder, staging, infos)
             _index(staging)
-            channel_index.merge_into_staging(folder, staging)
-            _commit(folder, staging, infos)
+            obsolete = channel_index.merge_into_staging(folder, staging)
+            _commit(folder, staging, infos, obsolete)
         except OSError as exc:  # a folder that changed owner or filled up while we worked
             raise LmsforgeError(f"publishing to channel {folder} failed ({exc.strerror}: "
                                 f"{exc.filename}); the index was left as it was") from None
@@ -198,8 +198,10 @@ def _index(staging: Path) -> None:
                             "the channel was left unchanged") from None
 
 
-def _commit(folder: Path, staging: Path, infos: Sequence[PackageInfo]) -> None:
-    """Move new packages, then each index file, into place by atomic rename."""
+def _commit(folder: Path, staging: Path, infos: Sequence[PackageInfo],
+            obsolete: Sequence[Path] = ()) -> None:
+    """Move new packages, then each index file, into place by atomic rename; OBSOLETE (copies of
+    an index file in a format we do not write) are removed before the index files move."""
     new_subdirs = {info.subdir for info in infos} | {"noarch"}
     for subdir in sorted(new_subdirs):
         if not (folder / subdir).is_dir():
@@ -211,6 +213,8 @@ def _commit(folder: Path, staging: Path, infos: Sequence[PackageInfo]) -> None:
             partial = target.with_name(PARTIAL_PREFIX + info.filename)
             os.link(staging / info.subdir / info.filename, partial)
             os.replace(partial, target)
+    for stale in obsolete:
+        stale.unlink(missing_ok=True)
     for subdir in sorted(p for p in staging.iterdir() if p.is_dir()):
         for produced in subdir.iterdir():
             if produced.is_file() and not produced.name.endswith(PACKAGE_SUFFIXES):

@@ -38,7 +38,8 @@ def publish_to_server(infos: Sequence, address: ChannelAddress, *,
     start = time.monotonic()
     _check_publishable(address)
     creds = credentials.for_hosts({address.host: address.token_kind},
-                                  env_default_host=address.host)
+                                  env_default_host=address.host,
+                                  same_credentials={address.host: address.hosts[1:]})
     names = sorted({info.name for info in infos})
     subdirs = sorted({info.subdir for info in infos} | {"noarch"})
     with credentials.auth_file_for(creds) as auth_file:

@@ -503,3 +503,122 @@ def test_a_lock_file_of_another_user_is_a_one_line_refusal(published, tiny_packa
     assert "lock file" in message and "belongs to another user" in message
     assert "\n" not in message and publisher.snapshot(published) == before
 
+
+
+# --- every index file and every compressed copy of it says the same -----------------------------
+
+GPU_TINY_RECIPE = """\
+schema_version: 1
+package:
+  name: lmsforge-gpu-tiny
+  version: "1.0.0"
+build:
+  number: {number}
+  string: {string}
+  script:
+    - mkdir -p $PREFIX/share/lmsforge-gpu-tiny
+    - echo {string} > $PREFIX/share/lmsforge-gpu-tiny/flavour
+requirements:
+  run: {run}
+about:
+  license: MIT
+"""
+
+
+def build_gpu_tiny(out: Path, string: str, number: int, run: list[str]) -> Path:
+    """One package, two builds: ``cpu_0`` and ``cuda130_200`` (needs ``__cuda``), as the core
+    builds are (build number +200 for CUDA, so a GPU host prefers it)."""
+    import rattler_build as rb
+
+    recipe = out / f"recipe-{string}" / "recipe.yaml"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text(GPU_TINY_RECIPE.format(string=string, number=number, run=json.dumps(run)))
+    [variant] = rb.Stage0Recipe.from_file(recipe).render()
+    result = variant.run_build(output_dir=out / "build", channels=[(out / "build").as_uri()],
+                               env_isolation=rb.EnvironmentIsolation.NONE)
+    return Path(result.packages[0])
+
+
+def _decoded_siblings(subdir: Path) -> dict[str, tuple[bytes, bytes]]:
+    """Every compressed copy of an index file in SUBDIR -> (its decompressed bytes, the source's
+    bytes), read with the reference decoders, not lmsforge's code. Unknown kinds fail."""
+    import bz2
+
+    import zstandard
+
+    pairs = {}
+    for sibling in sorted(subdir.iterdir()):
+        source, dot, suffix = sibling.name.rpartition(".")
+        if not source.endswith(".json") or not dot or suffix == "bak":
+            continue
+        if suffix == "zst":
+            with zstandard.ZstdDecompressor().stream_reader(sibling.open("rb")) as reader:
+                data = reader.read()
+        elif suffix == "bz2":
+            data = bz2.decompress(sibling.read_bytes())
+        else:
+            raise AssertionError(f"{sibling.name}: a copy of {source} that no reader here "
+                                 "can check was left in the channel")
+        pairs[sibling.name] = (data, (subdir / source).read_bytes()
+                               if (subdir / source).is_file() else b"<no source>")
+    return pairs
+
+
+def test_every_compressed_index_matches_its_source_after_publish(tmp_path):
+    """Issue 27 item 2 (ecosystem review §1.4): a channel another tool indexed (conda-index with
+    --current-repodata --zst --bz2) holds the CPU build; ``publish`` adds the CUDA build. Every
+    compressed copy of every index file must decode to its source, so conda (which reads
+    ``current_repodata.json.zst`` first) sees the CUDA build; copies in a format lmsforge does
+    not write must be gone; ``current_repodata.json`` is always written."""
+    import bz2
+    import gzip
+
+    import zstandard
+
+    cpu = build_gpu_tiny(tmp_path / "pkgs", "cpu_0", 0, [])
+    cuda = build_gpu_tiny(tmp_path / "pkgs", "cuda130_200", 200, ["__cuda >=13.0"])
+    chan = tmp_path / "chan"
+    publisher.publish([cpu], chan)
+    subdirs = sorted(p for p in chan.iterdir() if p.is_dir() and not p.name.startswith("."))
+    for subdir in subdirs:  # a fresh channel gets current_repodata.json too
+        assert (subdir / "current_repodata.json").is_file(), subdir.name
+
+    # what the other tool (or an older lmsforge) left: every index and copy lists the CPU build
+    platform = chan / cpu.parent.name
+    repodata = (platform / "repodata.json").read_bytes()
+    for name in ("current_repodata.json", "repodata_from_packages.json"):
+        (platform / name).write_bytes(repodata)
+    for name in ("repodata.json", "current_repodata.json", "repodata_from_packages.json"):
+        (platform / f"{name}.zst").write_bytes(zstandard.ZstdCompressor().compress(repodata))
+        (platform / f"{name}.bz2").write_bytes(bz2.compress(repodata))
+    (platform / "current_repodata.json.gz").write_bytes(gzip.compress(repodata))
+    (platform / "repodata.json.bak").write_bytes(repodata)  # a keeper's backup: not an index
+    noarch = (chan / "noarch" / "repodata.json").read_bytes()  # a copy, but no source file
+    (chan / "noarch" / "current_repodata.json.zst").write_bytes(
+        zstandard.ZstdCompressor().compress(noarch))
+    (chan / "noarch" / "current_repodata.json").unlink()
+
+    publisher.publish([cuda], chan)
+
+    checked = set()
+    for subdir in subdirs:
+        assert (subdir / "current_repodata.json").is_file(), subdir.name
+        for name, (data, source) in _decoded_siblings(subdir).items():
+            assert data == source, f"{subdir.name}/{name} differs from its source"
+            checked.add(f"{subdir.name}/{name}")
+        for index in subdir.glob("*.json"):
+            if "repodata" in index.name and subdir == platform:
+                listed = json.loads(index.read_text())["packages.conda"]
+                assert cuda.name in listed, f"{index.name} does not list the CUDA build"
+    assert checked >= {f"{platform.name}/{n}{s}" for n in ("repodata.json",
+                                                           "current_repodata.json",
+                                                           "repodata_from_packages.json")
+                       for s in (".zst", ".bz2")} | {"noarch/current_repodata.json.zst"}
+    assert not (platform / "current_repodata.json.gz").exists()
+    assert (platform / "repodata.json.bak").read_bytes() == repodata  # nothing of theirs lost
+    # what conda's first read finds on a GPU host: the CUDA build, newest of its version
+    with zstandard.ZstdDecompressor().stream_reader(
+            (platform / "current_repodata.json.zst").open("rb")) as reader:
+        first_read = json.loads(reader.read())
+    assert {r["build"] for r in first_read["packages.conda"].values()} == {"cpu_0",
+                                                                          "cuda130_200"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,27 @@ def test_server_addresses(text, server, read_url, host, base, name, kind):
     assert (address.server, address.read_url, address.host, address.upload_base,
             address.upload_channel, address.token_kind) == (server, read_url, host, base, name,
                                                             kind)
+
+
+@pytest.mark.parametrize("text, hosts", [
+    ("https://prefix.dev/lms", ("prefix.dev", "repo.prefix.dev")),
+    ("https://repo.prefix.dev/lms", ("prefix.dev", "repo.prefix.dev")),
+    ("https://anaconda.org/lab", ("anaconda.org", "conda.anaconda.org")),
+    ("https://anaconda.org/lab/dev", ("anaconda.org", "conda.anaconda.org")),
+    ("quetz://conda.example.org/lms", ("conda.example.org",)),
+    ("https://conda.example.org/lms", ("conda.example.org",)),
+    ("s3://bucket/lms", ("bucket",)),
+])
+def test_credentials_are_filed_under_every_host_of_a_channel(text, hosts, tmp_path):
+    """Uploads go to ``host``, downloads to the read URL's host; for the hosted services they
+    differ, and rattler sends a credential only to the host it is filed under."""
+    from lmsforge.channel import installer
+
+    address = ca.parse(text)
+    assert address.hosts == hosts
+    assert urllib.parse.urlsplit(address.read_url).hostname == hosts[-1]
+    assert ca.parse(tmp_path).hosts == ()
+    assert set(installer.read_credentials([address])) == set()  # nothing set: nothing filed
 
 
 def test_folders_and_file_uris(tmp_path):

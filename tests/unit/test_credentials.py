@@ -91,7 +91,10 @@ def test_env_shortcut_wins_over_the_auth_file_for_its_host(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"h": {"Password": "x"}}',
                                      '{"h": {"BasicHTTP": {"username": "u"}}}',
-                                     '{"h": {"BearerToken": 5}}'])
+                                     '{"h": {"BearerToken": 5}}',
+                                     '{"h": {"S3Credentials": {"access_key_id": "x"}}}',
+                                     '{"h": {"S3Credentials": "x"}}',
+                                     '{"h": {"BearerToken": "x", "CondaToken": "x"}}'])
 def test_malformed_auth_file_is_one_line_without_secrets(tmp_path, monkeypatch, content):
     path = tmp_path / "auth.json"
     path.write_text(content.replace("x", TOKEN))
@@ -111,6 +114,55 @@ def test_private_auth_file_holds_only_what_was_chosen_and_goes_away(tmp_path, mo
         assert json.loads(path.read_text()) == {"a.example.org": {"BearerToken": "a"}}
     assert not path.exists()
     assert os.environ[credentials.AUTH_FILE_ENV] == str(user_file)
+
+
+S3_ENTRY = {"S3Credentials": {"access_key_id": "AKID-9c1d", "secret_access_key": "s3-sec-7a2b",
+                                "session_token": "s3-sess-5e4f"}}
+FUTURE_ENTRY = {"SomeNewerKind": {"refresh_token": "future-tok-3c8d"}}
+
+
+def test_every_kind_of_rattler_entry_passes_through(tmp_path, monkeypatch):
+    """rattler's auth format has four kinds; none may make a command fail, and each reaches the
+    private file of a command whose channel is on its host, unchanged. The file is shared with
+    pixi and rattler-build: an entry of a kind we cannot hand to rattler fails only a command
+    that would use it, and its secrets are hidden all the same."""
+    _auth_file(tmp_path, monkeypatch, {"my-bucket": S3_ENTRY,
+                                       "quetz.example.org": {"CondaToken": TOKEN},
+                                       "new.example.org": FUTURE_ENTRY,
+                                       "unused-bucket": {"S3Credentials": {
+                                           "access_key_id": "a", "secret_access_key": "b-unused",
+                                           "session_token": None}}})
+    chosen = credentials.for_hosts({"quetz.example.org": "CondaToken",
+                                    "my-bucket": "BearerToken"})
+    assert chosen == {"quetz.example.org": {"CondaToken": TOKEN}, "my-bucket": S3_ENTRY}
+    with credentials.auth_file_for(chosen) as path:
+        assert json.loads(path.read_text()) == chosen
+    # a kind this rattler cannot read: refused in one line only where it would be handed over
+    with pytest.raises(UsageError, match="'new.example.org' must be one of .*S3Credentials"):
+        credentials.for_hosts({"new.example.org": "BearerToken"})
+    shown = credentials.redact("s3-sec-7a2b s3-sess-5e4f future-tok-3c8d b-unused AKID-9c1d")
+    assert shown == "*** *** *** *** ***"
+
+
+def test_one_channel_on_two_hosts_gets_its_credential_on_both(tmp_path, monkeypatch):
+    """A hosted service's upload and download hosts share the credential found for either, or a
+    glob of either; a host with an entry of its own keeps it; other hosts get nothing."""
+    same = {"prefix.dev": ["repo.prefix.dev"]}
+    hosts = {"prefix.dev": "BearerToken", "conda.example.org": "BearerToken"}
+    for key in ("prefix.dev", "repo.prefix.dev", "*.prefix.dev"):
+        _auth_file(tmp_path, monkeypatch, {key: {"BearerToken": TOKEN}})
+        assert credentials.for_hosts(hosts, same_credentials=same) == {
+            "prefix.dev": {"BearerToken": TOKEN}, "repo.prefix.dev": {"BearerToken": TOKEN}}, key
+    _auth_file(tmp_path, monkeypatch, {"prefix.dev": {"BearerToken": "up"},
+                                       "repo.prefix.dev": {"BearerToken": "down"}})
+    assert credentials.for_hosts(hosts, same_credentials=same) == {
+        "prefix.dev": {"BearerToken": "up"}, "repo.prefix.dev": {"BearerToken": "down"}}
+    monkeypatch.delenv(credentials.AUTH_FILE_ENV)
+    monkeypatch.setenv(credentials.ENV_TOKEN, TOKEN)
+    for bound in ("prefix.dev", "repo.prefix.dev"):
+        monkeypatch.setenv(credentials.ENV_HOST, bound)
+        assert credentials.for_hosts(hosts, same_credentials=same) == {
+            "prefix.dev": {"BearerToken": TOKEN}, "repo.prefix.dev": {"BearerToken": TOKEN}}
 
 
 # --- redaction ----------------------------------------------------------------------------------
