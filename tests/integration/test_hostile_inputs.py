@@ -12,15 +12,18 @@ with their own `run`. Other tracks add their rows to `CASES` (build, channel, po
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -236,6 +239,71 @@ def nothing_left_in_partial(env: Env) -> None:
 
 def cache_has_no_trees(env: Env) -> None:
     assert not (env.cache / "trees").exists() and not (env.cache / "archives").exists()
+
+
+# --- channel set-ups ---------------------------------------------------------------------------
+
+
+def _tar_zst(files: dict[str, bytes]) -> bytes:
+    import zstandard
+
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return zstandard.ZstdCompressor(level=1).compress(raw.getvalue())
+
+
+def make_conda(folder: Path, *, name: str = "hello", version: str = "1.0", build: str = "h0_0",
+               subdir: str = "linux-64", payload: bytes = b"hello\n") -> Path:
+    """A `.conda` file made by hand, with an info/index.json we control (what a hostile or
+    careless package producer hands to `publish`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    index = {"name": name, "version": version, "build": build, "build_number": 0,
+             "subdir": subdir, "depends": [], "license": "MIT"}
+    paths = {"paths": [{"_path": "share/hello.txt", "path_type": "hardlink",
+                        "sha256": hashlib.sha256(payload).hexdigest(),
+                        "size_in_bytes": len(payload)}], "paths_version": 1}
+    stem = f"{name}-{version}-{build}"
+    path = folder / f"{stem}.conda"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("metadata.json", json.dumps({"conda_pkg_format_version": 2}))
+        archive.writestr(f"pkg-{stem}.tar.zst", _tar_zst({"share/hello.txt": payload}))
+        archive.writestr(f"info-{stem}.tar.zst", _tar_zst({
+            "info/index.json": json.dumps(index).encode(),
+            "info/paths.json": json.dumps(paths).encode()}))
+    return path
+
+
+def channel(env: Env) -> Path:
+    """A folder channel under the scratch folder that already holds one package."""
+    folder = env.root / "ch" / "inner"
+    if not folder.is_dir():
+        good = make_conda(env.root / "good", name="good")
+        result = lmsforge(*env.base_args(), "publish", "--channel", str(folder), str(good))
+        assert result.exit_code == 0, result.output
+    return folder
+
+
+def publish_package(subdir: str, *, to: Callable[[Env], str] = lambda env: str(channel(env)),
+                    **fields: str) -> Setup:
+    def setup(env: Env) -> Sequence[str]:
+        target = to(env)
+        return ["publish", "--channel", target,
+                str(make_conda(env.root / "pkgs", subdir=subdir, **fields))]
+    return setup
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def channel_unchanged(env: Env) -> Iterable[Path]:
+    return [channel(env)]
 
 
 # --- cases that need several processes --------------------------------------------------------
@@ -558,6 +626,17 @@ CASES: list[Case] = [
                                   str(env.tree)]), 2,
          "has uncommitted changes (1 changed file, 1 untracked file)",
          unchanged=lambda env: [env.series]),
+    # K07-K09: a package's own subdir must be a platform name, not a path (finding 1)
+    Case("K07", publish_package("../../escaped"), 2,
+         "subdir '../../escaped', which is not a platform", unchanged=channel_unchanged,
+         check=lambda env: (absent("escaped")(env), absent("ch", "escaped")(env))),
+    Case("K07b", publish_package("linux 64"), 2, "subdir 'linux 64', which is not a platform",
+         unchanged=channel_unchanged, check=absent("ch", "inner", "linux 64")),
+    Case("K07c", publish_package("/tmp"), 2, "subdir '/tmp', which is not a platform",
+         unchanged=channel_unchanged),
+    Case("K09", publish_package("../../escaped",
+                                to=lambda env: f"http://127.0.0.1:{free_port()}/lms"), 2,
+         "hello-1.0-h0_0.conda: its info/index.json names subdir '../../escaped'"),
     Case("F14", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--mirror",
                              str(env.root / "gone.git")], 1, "check the network"),
 ]
