@@ -7,8 +7,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmsforge.cache import Cache, default_cache_dir
+from lmsforge.errors import UsageError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
+CHANNEL_TIMEOUT_ENV = "LMSFORGE_CHANNEL_TIMEOUT"
+DEFAULT_CHANNEL_TIMEOUT_S = 60.0
+
+
+def channel_timeout_s() -> float:
+    """How long a channel server may take to accept a connection or to send the next bytes of
+    an answer (``LMSFORGE_CHANNEL_TIMEOUT``, seconds) before a command gives it up."""
+    text = os.environ.get(CHANNEL_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_CHANNEL_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 86400:  # nan fails too
+        raise UsageError(f"{CHANNEL_TIMEOUT_ENV}={text!r} is not a number of seconds; set it to "
+                         f"e.g. {DEFAULT_CHANNEL_TIMEOUT_S:.0f}, or unset it")
+    return value
 
 
 def default_patches_dir() -> Path:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Sequence
 
@@ -17,6 +20,7 @@ from lmsforge.channel.address import ChannelAddress
 from lmsforge.channel.credentials import redact
 from lmsforge.channel.package import InstallResult
 from lmsforge.errors import CheckFailed, LmsforgeError, UsageError
+from lmsforge.options import CHANNEL_TIMEOUT_ENV, channel_timeout_s
 
 
 def _gateway(cache_dir: Path | None, **config: object):
@@ -40,6 +44,41 @@ def addresses_for(channels: Sequence[str | Path]) -> list[ChannelAddress]:
     return addresses
 
 
+def check_answering(addresses: Sequence[ChannelAddress]) -> None:
+    """Fail in one line when a server channel does not answer within the channel timeout.
+
+    rattler's client has no connect or read timeout of its own (only a limit on a whole request,
+    which a large download would hit), so a server that accepts and never answers would hang the
+    command for good. Each HTTP(S) channel is asked for its noarch index first, without
+    credentials, with a connect and a read timeout: any answer at all (401, 404 included) is
+    enough; failures other than a timeout are left for rattler to report in its own words."""
+    timeout = channel_timeout_s()
+    for address in addresses:
+        url = address.read_url.rstrip("/")
+        if address.folder is not None or not url.startswith(("http://", "https://")):
+            continue
+        request = urllib.request.Request(f"{url}/noarch/repodata.json",
+                                         headers={"User-Agent": "lmsforge"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout):
+                pass
+        except urllib.error.HTTPError:
+            pass  # an answer
+        except (TimeoutError, socket.timeout) as exc:
+            raise _silent(address, timeout) from exc
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, (TimeoutError, socket.timeout)):
+                raise _silent(address, timeout) from None
+        except (OSError, ValueError):
+            pass  # refused, TLS, a reset: rattler says it in its own words
+
+
+def _silent(address: ChannelAddress, timeout: float) -> LmsforgeError:
+    return LmsforgeError(f"channel {address.shown} did not answer in {timeout:g} s; check the "
+                         "URL, the server and any proxy on the way (or set "
+                         f"{CHANNEL_TIMEOUT_ENV} to wait longer)")
+
+
 def read_credentials(addresses: Sequence[ChannelAddress]) -> dict[str, credentials.Credential]:
     """What reading ADDRESSES may send: each server host's own credentials, nothing else."""
     hosts = {a.host: a.token_kind for a in addresses if a.folder is None and a.host}
@@ -52,6 +91,7 @@ def available(name: str, channels: Sequence[str | Path], platform: str,
     import rattler
 
     addresses = addresses_for(channels)
+    check_answering(addresses)
     with credentials.auth_file_for(read_credentials(addresses)):
         gateway, _ = _gateway(cache_dir, cache_action="no-cache")
         try:
@@ -76,6 +116,7 @@ def install(specs: Sequence[str], channels: Sequence[str | Path], prefix: Path, 
     if prefix.exists() and any(prefix.iterdir()):
         raise UsageError(f"prefix {prefix} exists and is not empty; give a fresh folder")
     addresses = addresses_for(channels)
+    check_answering(addresses)
     platform = platform or str(rattler.Subdir.current())
     virtuals = list(rattler.VirtualPackage.detect())
     for item in virtual_packages:

@@ -24,11 +24,12 @@ from typing import Sequence
 from lmsforge.channel import credentials
 from lmsforge.channel.address import ANACONDA, ARTIFACTORY, PREFIX, QUETZ, S3, ChannelAddress
 from lmsforge.channel.credentials import AUTH_FILE_ENV, ENV_HOST, ENV_TOKEN, redact
+from lmsforge.channel.installer import check_answering
 from lmsforge.channel.package import PublishResult
 from lmsforge.errors import LmsforgeError, UsageError
+from lmsforge.options import channel_timeout_s
 
 INDEX_WAIT_S = 60.0
-HTTP_TIMEOUT_S = 30
 
 
 def publish_to_server(infos: Sequence, address: ChannelAddress, *,
@@ -42,6 +43,7 @@ def publish_to_server(infos: Sequence, address: ChannelAddress, *,
     names = sorted({info.name for info in infos})
     subdirs = sorted({info.subdir for info in infos} | {"noarch"})
     with credentials.auth_file_for(creds) as auth_file:
+        check_answering([address])
         there = _index_records(address, names, subdirs)
         added, unchanged = [], []
         for info in infos:
@@ -175,7 +177,7 @@ def _quetz_key_refused(address: ChannelAddress,
     request = urllib.request.Request(f"{address.upload_base}api/api-keys",
                                      headers={"X-API-Key": credentials.secret_of(credential)})
     try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S):
+        with urllib.request.urlopen(request, timeout=channel_timeout_s()):
             return False
     except urllib.error.HTTPError as exc:
         return exc.code == 401

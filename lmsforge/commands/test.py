@@ -16,7 +16,7 @@ from lmsforge import ui
 from lmsforge.channel import installer
 from lmsforge.channel.credentials import redact
 from lmsforge.errors import UsageError
-from lmsforge.options import Options
+from lmsforge.options import Options, channel_timeout_s
 from lmsforge.packaging import rattler as build
 from lmsforge.packaging.identity import series_identity
 
@@ -26,6 +26,7 @@ def run(opts: Options, framework: str, tag: str, channels: list[str], prefix: Pa
     if framework != "pytorch":
         raise UsageError(f"`lmsforge test` runs the PyTorch core package's tests; {framework} "
                          "has no installable test package yet")
+    channel_timeout_s()  # a malformed LMSFORGE_CHANNEL_TIMEOUT fails before any work
     if prefix is not None and prefix.exists() and any(prefix.iterdir()):
         raise UsageError(f"{prefix} is not empty; tests install into a fresh prefix")
     # refuses a tag without a series here; the hash needs no git (test runs on plain hosts)

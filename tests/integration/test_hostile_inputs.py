@@ -77,11 +77,13 @@ class Case:
     how: str = "in-process"  # or "process", "no-caps", "tmpfs:<MB>"
     run: Callable[[Env], None] | None = None  # a case of its own (races, kills)
     slow: bool = False  # downloads (a real apt) or builds
+    environ: dict[str, str] | None = None  # extra environment variables for the command
 
 
-def run_cli(env: Env, args: Sequence[str], how: str) -> Outcome:
+def run_cli(env: Env, args: Sequence[str], how: str,
+            environ: dict[str, str] | None = None) -> Outcome:
     if how == "in-process":
-        result = lmsforge(*env.base_args(), *args)
+        result = lmsforge(*env.base_args(), *args, env=environ)
         return Outcome(result.exit_code, result.stdout, result.stderr)
     command = [sys.executable, "-m", "lmsforge", *env.base_args(), *args]
     if how == "no-caps":
@@ -94,7 +96,8 @@ def run_cli(env: Env, args: Sequence[str], how: str) -> Outcome:
                   f"echo \"LEFT: $(ls -A {env.cache}/partial 2>/dev/null | grep -v '.lock$')\"; "
                   "exit $code")
         command = ["unshare", "-m", "sh", "-c", script]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **(environ or {})})
     return Outcome(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -304,6 +307,52 @@ def free_port() -> int:
 
 def channel_unchanged(env: Env) -> Iterable[Path]:
     return [channel(env)]
+
+
+class SilentServer:
+    """A server on 127.0.0.1 that takes connections and never answers: its listening socket's
+    backlog completes every TCP handshake and nothing reads what is sent. Closed on exit."""
+
+    def __enter__(self) -> "SilentServer":
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+
+def silent_channel_fails_in_time(command: Callable[[Env, str], list[str]],
+                                 scheme: str = "http") -> Callable[[Env], None]:
+    """COMMAND against a channel that never answers, with a 2 s channel timeout: one line that
+    names the channel, exit 1, well before a minute."""
+    def run(env: Env) -> None:
+        with SilentServer() as server:
+            url = f"{scheme}://127.0.0.1:{server.port}/lms"
+            start = time.monotonic()
+            proc = subprocess.run([sys.executable, "-m", "lmsforge", *command(env, url)],
+                                  capture_output=True, text=True, timeout=90,
+                                  env={**os.environ, "LMSFORGE_CHANNEL_TIMEOUT": "2"})
+            took = time.monotonic() - start
+        outcome = Outcome(proc.returncode, proc.stdout, proc.stderr)
+        shown = f"exit {proc.returncode} after {took:.0f} s\nstderr: {proc.stderr}"
+        assert proc.returncode == 1 and len(error_lines(outcome)) == 1, shown
+        assert f"127.0.0.1:{server.port}" in error_lines(outcome)[0], shown
+        assert "did not answer in 2 s" in error_lines(outcome)[0], shown
+        assert took < 45, shown
+    return run
+
+
+def test_of_silent_channel(env: Env, url: str) -> list[str]:
+    return ["--patches-dir", str(REPO / "patches"), "--cache-dir", str(env.cache), "test",
+            "-f", "pytorch", "-t", "v2.6.0", "--channel", url]
+
+
+def publish_to_silent_channel(env: Env, url: str) -> list[str]:
+    return [*env.base_args(), "publish", "--channel", url,
+            str(make_conda(env.root / "pkgs"))]
 
 
 # --- cases that need several processes --------------------------------------------------------
@@ -637,6 +686,15 @@ CASES: list[Case] = [
     Case("K09", publish_package("../../escaped",
                                 to=lambda env: f"http://127.0.0.1:{free_port()}/lms"), 2,
          "hello-1.0-h0_0.conda: its info/index.json names subdir '../../escaped'"),
+    # K16-K17: a channel that never answers is given up after LMSFORGE_CHANNEL_TIMEOUT (finding 2)
+    Case("K16", lambda env: [], 0, "", run=silent_channel_fails_in_time(test_of_silent_channel)),
+    Case("K17", lambda env: [], 0, "", run=silent_channel_fails_in_time(publish_to_silent_channel)),
+    Case("K17b", lambda env: [], 0, "", run=silent_channel_fails_in_time(
+        publish_to_silent_channel, scheme="quetz+http")),
+    Case("K17c", lambda env: ["publish", "--channel", "http://127.0.0.1:1/lms",
+                              str(make_conda(env.root / "pkgs"))], 2,
+         "LMSFORGE_CHANNEL_TIMEOUT='abc' is not a number of seconds",
+         environ={"LMSFORGE_CHANNEL_TIMEOUT": "abc"}),
     Case("F14", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--mirror",
                              str(env.root / "gone.git")], 1, "check the network"),
 ]
@@ -670,7 +728,7 @@ def test_hostile_input(case: Case, env: Env) -> None:
         return
     args = case.setup(env)
     before = {path: snapshot(path) for path in case.unchanged(env)}
-    outcome = run_cli(env, args, case.how)
+    outcome = run_cli(env, args, case.how, case.environ)
     shown = f"exit {outcome.code}\nstdout: {outcome.stdout}\nstderr: {outcome.stderr}"
     assert "Traceback" not in outcome.stderr + outcome.stdout, shown
     assert outcome.code == case.code, shown
