@@ -13,7 +13,7 @@ import click
 
 from lmsforge import __version__, native_exit, ui
 from lmsforge.channel.credentials import redact
-from lmsforge.errors import EXIT_FAILED, EXIT_USAGE, LmsforgeError
+from lmsforge.errors import EXIT_FAILED, EXIT_USAGE, LmsforgeError, Terminated
 from lmsforge.options import Options
 from lmsforge.verify.levels import DEFAULT_SIM_SEEDS, LEVELS
 
@@ -27,9 +27,15 @@ def _invoke(ctx: click.Context, action: Callable[[Options], int]) -> None:
     except LmsforgeError as exc:
         ui.error(redact(str(exc)))
         code = exc.exit_code
-    except KeyboardInterrupt:
-        ui.error("interrupted; nothing half-done was kept (run the command again)")
-        code = 130
+    except KeyboardInterrupt as exc:
+        native_exit.end_children()  # what the signal's first round did not end
+        if isinstance(exc, Terminated):
+            ui.error(f"terminated by {exc.name}; nothing half-done was kept (run the command "
+                     "again)")
+            code = 128 + exc.signum
+        else:
+            ui.error("interrupted; nothing half-done was kept (run the command again)")
+            code = 130
     except OSError as exc:
         code = _environment_error(exc, opts)
     except Exception:  # an lmsforge bug: one line for the user, the traceback in a file
@@ -455,6 +461,7 @@ refuse_empty_values(main)
 
 def run() -> None:
     """The `lmsforge` program (console script and `python -m lmsforge`)."""
+    native_exit.handle_signals()
     try:
         main(standalone_mode=True)
     except SystemExit as exc:

@@ -129,6 +129,7 @@ def publish_to_folder(infos: Sequence[PackageInfo], folder: Path, *,
                          "and is not writable by this one; ask its owner to make it "
                          "group-writable (chmod g+w)") from None
     try:
+        _sweep_leftovers(folder)
         _check_channel_folder(folder)  # a publisher before us may have changed it
         added, unchanged = _plan(infos, folder)
         staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=folder))
@@ -145,6 +146,17 @@ def publish_to_folder(infos: Sequence[PackageInfo], folder: Path, *,
     finally:
         lock.release()
     return PublishResult(str(folder), tuple(added), tuple(unchanged), time.monotonic() - start)
+
+
+def _sweep_leftovers(folder: Path) -> None:
+    """Remove what a publisher killed with SIGKILL (or a power cut) left: staging folders and
+    half-linked packages exist only while their publisher holds the lock, which we hold now."""
+    for entry in folder.glob(STAGING_PREFIX + "*"):
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+    for entry in folder.glob(f"*/{PARTIAL_PREFIX}*"):
+        if entry.is_file() and not entry.is_symlink():
+            entry.unlink(missing_ok=True)
 
 
 def _plan(infos: Sequence[PackageInfo], folder: Path) -> tuple[list[str], list[str]]:

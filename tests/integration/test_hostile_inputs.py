@@ -200,14 +200,15 @@ def read_only_cache(env: Env) -> None:
             path.chmod(path.stat().st_mode & ~0o222)
 
 
-def big_archive(env: Env) -> Path:
-    """The toy tree plus 3 MB that does not compress, declared as the v1.0.0 archive."""
+def big_archive(env: Env, megabytes: int = 3) -> Path:
+    """The toy tree plus MEGABYTES that do not compress, declared as the v1.0.0 archive."""
     top = env.root / "big" / "toy-1.0.0"
     top.mkdir(parents=True)
     git(env.upstream, "archive", "--format=tar", "-o", str(env.root / "big" / "t.tar"), "v1.0.0")
     with tarfile.open(env.root / "big" / "t.tar") as raw:
         raw.extractall(top, filter="data")
-    (top / "blob.bin").write_bytes(os.urandom(3 << 20))
+    for part in range(megabytes):  # many files: tar and git take a while over them
+        (top / f"blob-{part}.bin").write_bytes(os.urandom(1 << 20))
     archive = env.root / "big" / "toy_1.0.0.orig.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(top, arcname="toy-1.0.0")
@@ -474,6 +475,124 @@ def apt_processes(env: Env) -> list[int]:
     return found
 
 
+def descendants(pid: int) -> dict[int, str]:
+    """Live descendants of PID: pid -> start time (so a reused pid is not mistaken for one)."""
+    table = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                stat = (proc / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            table[int(proc.name)] = (int(fields[1]), fields[0], fields[19])
+    found: dict[int, str] = {}
+    parents = {pid}
+    while True:
+        new = {p for p, (ppid, state, _) in table.items()
+               if ppid in parents and p not in parents and state not in "ZX"}
+        if not new:
+            return found
+        found.update({p: table[p][2] for p in new})
+        parents |= new
+
+
+def still_running(procs: dict[int, str]) -> list[int]:
+    alive = []
+    for pid, started in procs.items():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[19] == started and fields[0] not in "ZX":
+            alive.append(pid)
+    return alive
+
+
+def signal_when(proc: subprocess.Popen, ready: Callable[[], bool], signum: int,
+                timeout: float = 120) -> dict[int, str]:
+    """Send SIGNUM to PROC once READY() holds; returns the processes it had started then."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None and not ready():
+        time.sleep(0.002)
+    assert proc.poll() is None, f"the command ended before it could be signalled: " \
+                                f"{proc.communicate()}"
+    children = descendants(proc.pid)
+    proc.send_signal(signum)
+    return children
+
+
+def ended_cleanly(proc: subprocess.Popen, signum: int, children: dict[int, str]) -> str:
+    """PROC ended with 128+SIGNUM, one error line naming the signal, and no process it started
+    outlives it; returns the error line."""
+    out, err = proc.communicate(timeout=120)
+    shown = f"exit {proc.returncode}\nstdout: {out}\nstderr: {err}"
+    assert proc.returncode == 128 + signum, shown
+    errors = error_lines(Outcome(proc.returncode, out, err))
+    assert len(errors) == 1 and signal.Signals(signum).name in errors[0], shown
+    assert "Traceback" not in err, shown
+    deadline = time.monotonic() + 5  # SIGKILLed children may take a moment to be reaped
+    while still_running(children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert still_running(children) == [], f"orphaned: {still_running(children)}\n{shown}"
+    return errors[0]
+
+
+def terminated_import(signum: int) -> Callable[[Env], None]:
+    """SIGTERM/SIGHUP while `fetch` unpacks and imports an archive: its tar and git end with it,
+    and its work folder is removed (S02)."""
+    def run(env: Env) -> None:
+        archive = big_archive(env, megabytes=40)
+        proc = lmsforge_process(env, "fetch", "-f", "toy", "-t", "v1.0.0", "--archive",
+                                str(archive))
+        partial = env.cache / "partial"
+        children = signal_when(proc, lambda: partial.is_dir() and any(
+            p.name.startswith("import-") and p.is_dir() for p in partial.iterdir())
+            and descendants(proc.pid) != {}, signum)
+        ended_cleanly(proc, signum, children)
+        nothing_left_in_partial(env)
+    return run
+
+
+def terminated_folder_publish(env: Env) -> None:
+    """SIGTERM while a large package is staged into a folder channel: no staging folder is left
+    in the channel and what was there is intact (S09)."""
+    chan = channel(env)
+    before = {k: v for k, v in snapshot(chan).items() if k.endswith(".conda")}
+    big = make_conda(env.root / "big", name="big", payload=os.urandom(120 << 20))
+    proc = lmsforge_process(env, "publish", "--channel", str(chan), str(big))
+    children = signal_when(proc, lambda: any(chan.glob(".lmsforge-staging-*")), signal.SIGTERM)
+    ended_cleanly(proc, signal.SIGTERM, children)
+    assert sorted(p.name for p in chan.iterdir() if p.name.startswith(".lmsforge-")) == \
+        [".lmsforge-publish.lock"]
+    after = snapshot(chan)
+    assert all(after.get(name) == data for name, data in before.items())
+    for index in chan.glob("*/repodata.json"):
+        json.loads(index.read_text())
+
+
+def terminated_server_publish(signum: int) -> Callable[[Env], None]:
+    """SIGTERM/SIGHUP while publish waits on a server with a token: the private auth file that
+    holds the token is removed (S11)."""
+    def run(env: Env) -> None:
+        tmp = env.root / "tmp"
+        tmp.mkdir()
+        with SilentServer() as server:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "lmsforge", *env.base_args(), "publish", "--channel",
+                 f"http://127.0.0.1:{server.port}/lms", str(make_conda(env.root / "pkgs"))],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env={**os.environ, "TMPDIR": str(tmp), "LMSFORGE_CHANNEL_TIMEOUT": "120",
+                     "LMSFORGE_CHANNEL_TOKEN": "tok-3e8a1f0c99"})
+            children = signal_when(proc, lambda: any(tmp.glob("lmsforge-auth-*/auth.json")),
+                                   signum)
+            line = ended_cleanly(proc, signum, children)
+        assert "tok-3e8a1f0c99" not in line
+        assert list(tmp.glob("lmsforge-auth-*")) == [], "the auth file holding the token was left"
+    return run
+
+
 def two_fetches_of_different_tags(env: Env) -> None:
     debian_sources(env)
     procs = [lmsforge_process(env, "fetch", "-f", "toy", "-t", tag) for tag in DEBIAN_TOYS]
@@ -695,6 +814,12 @@ CASES: list[Case] = [
                               str(make_conda(env.root / "pkgs"))], 2,
          "LMSFORGE_CHANNEL_TIMEOUT='abc' is not a number of seconds",
          environ={"LMSFORGE_CHANNEL_TIMEOUT": "abc"}),
+    # S02, S09, S11: SIGTERM and SIGHUP clean up like Ctrl-C (finding 3)
+    Case("S02", lambda env: [], 0, "", run=terminated_import(signal.SIGTERM)),
+    Case("S02b", lambda env: [], 0, "", run=terminated_import(signal.SIGHUP)),
+    Case("S09", lambda env: [], 0, "", run=terminated_folder_publish),
+    Case("S11", lambda env: [], 0, "", run=terminated_server_publish(signal.SIGTERM)),
+    Case("S11b", lambda env: [], 0, "", run=terminated_server_publish(signal.SIGHUP)),
     Case("F14", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--mirror",
                              str(env.root / "gone.git")], 1, "check the network"),
 ]
