@@ -53,11 +53,26 @@ class Options:
     @classmethod
     def resolve(cls, patches_dir: Path | None, cache_dir: Path | None,
                 jobs: int | None = None) -> "Options":
-        cache = cache_dir.resolve() if cache_dir else default_cache_dir()
+        # ~ is expanded here too: LMSFORGE_CACHE_DIR='~/x' from CI YAML or systemd reaches us
+        # through click unexpanded, and would make a folder named ~ in the current one
+        cache = cache_dir.expanduser().resolve() if cache_dir else default_cache_dir()
         # Build harnesses and the tools they start find the cache through the environment.
         os.environ["LMSFORGE_CACHE_DIR"] = str(cache)
         return cls(
-            patches_dir=(patches_dir.resolve() if patches_dir else default_patches_dir()),
+            patches_dir=(patches_dir.expanduser().resolve() if patches_dir
+                         else default_patches_dir()),
             cache=Cache(cache),
             jobs=jobs or default_jobs(),
         )
+
+    def refuse_inside_managed(self, target: Path, option: str) -> None:
+        """Refuse a work tree inside the cache (verify resets its trees, the next download sweeps
+        partial/) or inside the patches folder (the series' own files), where a user's commits
+        and files would be lost or mixed into the series."""
+        where = target.absolute().resolve()
+        for root, what in ((self.cache.root, "the cache"),
+                           (self.patches_dir, "the patches folder")):
+            root = root.resolve()
+            if where == root or root in where.parents:
+                raise UsageError(f"{option} {target} is inside {what} ({root}), whose contents "
+                                 "lmsforge resets and removes; choose a folder outside it")

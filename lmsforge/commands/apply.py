@@ -24,6 +24,7 @@ def run(opts: Options, framework: str, tag: str, into: Path | None, source: str,
         folder = catalogue.series_folder(opts.patches_dir, sources, tag)
         patches = series_mod.load(folder).paths()
     target = (into or Path.cwd() / f"lms-{framework}-{tag}").absolute()
+    opts.refuse_inside_managed(target, "--into")
     with worktree.target_lock(target):
         worktree.check_target(target, framework, tag)  # refuse before any download
         with ui.step(f"fetching {framework} {tag}"):

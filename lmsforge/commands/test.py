@@ -32,7 +32,7 @@ def run(opts: Options, framework: str, tag: str, channels: list[str], prefix: Pa
     # refuses a tag without a series here; the hash needs no git (test runs on plain hosts)
     series = series_identity(opts, framework, tag, check_patch_ids=False)
     version = build.core_package_version(tag)
-    _check_channels_have(tag, version, channels, gpu, opts.cache.root / "rattler")
+    _check_channels_have(tag, version, channels, gpu, opts.cache.root / "rattler", platform)
     with tempfile.TemporaryDirectory(prefix="lmsforge-test-") as tmp:
         target = prefix or Path(tmp) / "prefix"
         with ui.step(f"installing {build.CORE_PACKAGE} {version} for {platform} from "
@@ -59,7 +59,7 @@ def run(opts: Options, framework: str, tag: str, channels: list[str], prefix: Pa
 
 
 def _check_channels_have(tag: str, version: str, channels: list[str], gpu: bool | None,
-                         cache_dir: Path) -> None:
+                         cache_dir: Path, platform: str) -> None:
     """Refuse, before installing anything, when no channel has the tag's package of the kind the
     tests need (a CUDA build for the GPU tests, a CPU build otherwise)."""
     import rattler
@@ -68,9 +68,10 @@ def _check_channels_have(tag: str, version: str, channels: list[str], gpu: bool 
 
     if gpu is None:
         gpu = have_cuda_device()[0]
-    records = installer.available(build.CORE_PACKAGE, channels, str(rattler.Subdir.current()),
-                                cache_dir=cache_dir)
+    records = installer.available(build.CORE_PACKAGE, channels, platform, cache_dir=cache_dir)
     shown = redact(", ".join(channels))
+    if platform != str(rattler.Subdir.current()):
+        shown += f" for {platform}"
     versions = sorted({v for v, _ in records})
     if version not in versions:
         has = f"they have {', '.join(versions)}" if versions else "they have none"

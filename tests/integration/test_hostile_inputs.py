@@ -306,6 +306,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def channel_with_core(env: Env, subdir: str) -> Path:
+    """A folder channel holding a CPU pytorch-lms-core 2.6.0 for SUBDIR only (made by hand)."""
+    folder = env.root / f"core-{subdir}"
+    package = make_conda(env.root / "core", name="pytorch-lms-core", version="2.6.0",
+                         build="cpu_h0_1000", subdir=subdir)
+    result = lmsforge(*env.base_args(), "publish", "--channel", str(folder), str(package))
+    assert result.exit_code == 0, result.output
+    return folder
+
+
 def channel_unchanged(env: Env) -> Iterable[Path]:
     return [channel(env)]
 
@@ -346,7 +356,7 @@ def silent_channel_fails_in_time(command: Callable[[Env, str], list[str]],
     return run
 
 
-def test_of_silent_channel(env: Env, url: str) -> list[str]:
+def command_test_against(env: Env, url: str) -> list[str]:
     return ["--patches-dir", str(REPO / "patches"), "--cache-dir", str(env.cache), "test",
             "-f", "pytorch", "-t", "v2.6.0", "--channel", url]
 
@@ -593,6 +603,21 @@ def terminated_server_publish(signum: int) -> Callable[[Env], None]:
     return run
 
 
+def tilde_in_environment(env: Env) -> None:
+    """LMSFORGE_CACHE_DIR and LMSFORGE_PATCHES_DIR as CI YAML and systemd pass them, with a
+    literal ~: the home folder, not a folder named ~ in the current one (E11)."""
+    home = env.root / "home"
+    shutil.copytree(env.patches, home / "my-patches")
+    proc = subprocess.run([sys.executable, "-m", "lmsforge", "fetch", "-f", "toy", "-t", "v1.0.0"],
+                          capture_output=True, text=True, timeout=300, cwd=env.root,
+                          env={**os.environ, "HOME": str(home),
+                               "LMSFORGE_CACHE_DIR": "~/tilde-cache",
+                               "LMSFORGE_PATCHES_DIR": "~/my-patches"})
+    assert proc.returncode == 0, proc.stderr
+    assert not (env.root / "~").exists(), "a folder named ~ was made in the current folder"
+    assert (home / "tilde-cache" / "archives").is_dir()
+
+
 def two_fetches_of_different_tags(env: Env) -> None:
     debian_sources(env)
     procs = [lmsforge_process(env, "fetch", "-f", "toy", "-t", tag) for tag in DEBIAN_TOYS]
@@ -806,7 +831,7 @@ CASES: list[Case] = [
                                 to=lambda env: f"http://127.0.0.1:{free_port()}/lms"), 2,
          "hello-1.0-h0_0.conda: its info/index.json names subdir '../../escaped'"),
     # K16-K17: a channel that never answers is given up after LMSFORGE_CHANNEL_TIMEOUT (finding 2)
-    Case("K16", lambda env: [], 0, "", run=silent_channel_fails_in_time(test_of_silent_channel)),
+    Case("K16", lambda env: [], 0, "", run=silent_channel_fails_in_time(command_test_against)),
     Case("K17", lambda env: [], 0, "", run=silent_channel_fails_in_time(publish_to_silent_channel)),
     Case("K17b", lambda env: [], 0, "", run=silent_channel_fails_in_time(
         publish_to_silent_channel, scheme="quetz+http")),
@@ -820,6 +845,41 @@ CASES: list[Case] = [
     Case("S09", lambda env: [], 0, "", run=terminated_folder_publish),
     Case("S11", lambda env: [], 0, "", run=terminated_server_publish(signal.SIGTERM)),
     Case("S11b", lambda env: [], 0, "", run=terminated_server_publish(signal.SIGHUP)),
+    Case("S09b", then(lambda env: (channel(env) / ".lmsforge-staging-killed" / "linux-64").mkdir(
+        parents=True), publish_package("linux-64")), 0, "1 added",
+        check=absent("ch", "inner", ".lmsforge-staging-killed")),
+    # P08-P11: --into inside the cache or the series folder would be reset or deleted (finding 5)
+    Case("P08", apply_into("cache-under-test", "partial", "mine"), 2, "is inside the cache",
+         check=absent("cache-under-test", "partial", "mine")),
+    Case("P09", then(fetched, apply_into("cache-under-test", "trees", "toy", "v1.0.0")), 2,
+         "is inside the cache"),
+    Case("P11", lambda env: ["apply", "-f", "toy", "-t", "v1.0.0", "--into",
+                             str(env.series / "tree")], 2, "is inside the patches folder",
+         unchanged=lambda env: [env.patches]),
+    # K11-K12: one file name, two files (finding 6)
+    Case("K11", then(lambda env: (make_conda(env.root / "c", version="3.0"),
+                                  make_conda(env.root / "d", version="3.0", payload=b"other\n")),
+                     lambda env: ["publish", "--channel", str(channel(env)),
+                                  str(env.root / "c" / "hello-3.0-h0_0.conda"),
+                                  str(env.root / "d" / "hello-3.0-h0_0.conda")]), 2,
+         "two different files are named hello-3.0-h0_0.conda", unchanged=channel_unchanged),
+    Case("K12", lambda env: ["publish", "--channel", str(channel(env)),
+                             str(make_conda(env.root / "c")), str(env.root / "c" /
+                                                                   "hello-1.0-h0_0.conda")], 0,
+         "1 added, 0 unchanged"),
+    # K01-K03: a damaged index in the channel (finding 7)
+    *[Case(row, then(lambda env, text=text: (channel(env) / "linux-64" / "repodata.json")
+                     .write_bytes(text), publish_package("linux-64")), 2,
+           "linux-64/repodata.json is not a valid index", unchanged=channel_unchanged)
+      for row, text in (("K01", b'{"packages": {\n'), ("K02", b"B\x8c\xa1\x00\xff" * 200),
+                        ("K03", b"[1,2]"))],
+    # K23: test --platform looks for that platform's package, not the host's (finding 8)
+    Case("K23", lambda env: ["--patches-dir", str(REPO / "patches"), "test", "-f", "pytorch",
+                             "-t", "v2.6.0", "--platform", "linux-ppc64le", "--channel",
+                             str(channel_with_core(env, "linux-64"))], 2,
+         "no pytorch-lms-core for v2.6.0 (version 2.6.0) in"),
+    # E11: ~ in the environment's folders (finding 9)
+    Case("E11", lambda env: [], 0, "", run=tilde_in_environment),
     Case("F14", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--mirror",
                              str(env.root / "gone.git")], 1, "check the network"),
 ]
