@@ -91,8 +91,8 @@ def available(name: str, channels: Sequence[str | Path], platform: str,
     import rattler
 
     addresses = addresses_for(channels)
-    check_answering(addresses)
-    with credentials.auth_file_for(read_credentials(addresses)):
+    with credentials.auth_file_for(read_credentials(addresses)):  # refused before any request
+        check_answering(addresses)
         gateway, _ = _gateway(cache_dir, cache_action="no-cache")
         try:
             result = asyncio.run(gateway.query([rattler.Channel(a.read_url) for a in addresses],
@@ -116,7 +116,6 @@ def install(specs: Sequence[str], channels: Sequence[str | Path], prefix: Path, 
     if prefix.exists() and any(prefix.iterdir()):
         raise UsageError(f"prefix {prefix} exists and is not empty; give a fresh folder")
     addresses = addresses_for(channels)
-    check_answering(addresses)
     platform = platform or str(rattler.Subdir.current())
     virtuals = list(rattler.VirtualPackage.detect())
     for item in virtual_packages:
@@ -124,7 +123,8 @@ def install(specs: Sequence[str], channels: Sequence[str | Path], prefix: Path, 
         virtuals.append(rattler.GenericVirtualPackage(rattler.PackageName(name),
                                                       rattler.Version(version or "0"),
                                                       rattler.BuildString("0")))
-    with credentials.auth_file_for(read_credentials(addresses)):
+    with credentials.auth_file_for(read_credentials(addresses)):  # refused before any request
+        check_answering(addresses)
         gateway, client = _gateway(cache_dir)
         try:
             records = asyncio.run(rattler.solve(
