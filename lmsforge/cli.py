@@ -27,6 +27,8 @@ def _invoke(ctx: click.Context, action: Callable[[Options], int]) -> None:
     except LmsforgeError as exc:
         ui.error(redact(str(exc)))
         code = exc.exit_code
+    except ui.OutputClosed:  # the reader of our output went away: its normal end
+        code = 0
     except KeyboardInterrupt as exc:
         native_exit.end_children()  # what the signal's first round did not end
         if isinstance(exc, Terminated):
@@ -50,6 +52,10 @@ def _environment_error(exc: OSError, opts: Options) -> int:
         ui.error(f"no space left on the device of {where or opts.cache.root}; free space there, "
                  "or pass --cache-dir on a larger disk")
         return EXIT_FAILED
+    if exc.errno == errno.ENAMETOOLONG:
+        ui.error(f"{where or 'a path'}: the name is too long for the file system; choose a "
+                 "shorter path")
+        return EXIT_USAGE
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         ui.error(f"{where or 'a file'}: {exc.strerror}; fix its permissions or choose another "
                  "folder")
@@ -462,6 +468,7 @@ refuse_empty_values(main)
 def run() -> None:
     """The `lmsforge` program (console script and `python -m lmsforge`)."""
     native_exit.handle_signals()
+    ui.guard_stdout()
     try:
         main(standalone_mode=True)
     except SystemExit as exc:

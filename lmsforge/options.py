@@ -49,6 +49,7 @@ class Options:
     patches_dir: Path
     cache: Cache
     jobs: int
+    patches_dir_given: bool = False  # by --patches-dir or LMSFORGE_PATCHES_DIR
 
     @classmethod
     def resolve(cls, patches_dir: Path | None, cache_dir: Path | None,
@@ -63,6 +64,8 @@ class Options:
                          else default_patches_dir()),
             cache=Cache(cache),
             jobs=jobs or default_jobs(),
+            patches_dir_given=patches_dir is not None or bool(
+                os.environ.get("LMSFORGE_PATCHES_DIR")),
         )
 
     def refuse_inside_managed(self, target: Path, option: str) -> None:
@@ -76,3 +79,14 @@ class Options:
             if where == root or root in where.parents:
                 raise UsageError(f"{option} {target} is inside {what} ({root}), whose contents "
                                  "lmsforge resets and removes; choose a folder outside it")
+
+    def require_patches_dir(self) -> None:
+        """Refuse a patches folder that does not exist (a typo in LMSFORGE_PATCHES_DIR or
+        --patches-dir would otherwise read as "no series at all")."""
+        if self.patches_dir.is_dir():
+            return
+        if self.patches_dir_given:
+            raise UsageError(f"the patches folder {self.patches_dir} does not exist; fix "
+                             "--patches-dir or LMSFORGE_PATCHES_DIR, or leave both out")
+        raise UsageError(f"no patches folder at {self.patches_dir}; pass --patches-dir with the "
+                         "folder that holds the series")

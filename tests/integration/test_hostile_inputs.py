@@ -618,6 +618,38 @@ def tilde_in_environment(env: Env) -> None:
     assert (home / "tilde-cache" / "archives").is_dir()
 
 
+def stdout_that_fails(how: str, code: int, says: str | None,
+                      args: Callable[[Env], list[str]]) -> Callable[[Env], None]:
+    """A command whose standard output is a full device, a reader that went away, or closed
+    (D07, O05, O06): one line about standard output (or, for a reader that went away, none),
+    never an internal error or a message about the cache."""
+    def run(env: Env) -> None:
+        command = [sys.executable, "-m", "lmsforge", *env.base_args(), *args(env)]
+        if how == "full":
+            with open("/dev/full", "w") as full:
+                proc = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True,
+                                      timeout=300)
+        elif how == "gone":
+            reader = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True)
+            reader.stdout.close()  # as `| head -0` does before the command writes
+            proc = subprocess.CompletedProcess(command, reader.wait(timeout=300), "",
+                                               reader.stderr.read())
+            reader.stderr.close()
+        else:  # closed
+            proc = subprocess.run(command, stderr=subprocess.PIPE, text=True, timeout=300,
+                                  preexec_fn=lambda: os.close(1))
+        shown = f"exit {proc.returncode}\nstderr: {proc.stderr}"
+        assert proc.returncode == code, shown
+        assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, shown
+        errors = error_lines(Outcome(proc.returncode, "", proc.stderr))
+        if says is None:
+            assert errors == [], shown
+        else:
+            assert len(errors) == 1 and says in errors[0], shown
+    return run
+
+
 def two_fetches_of_different_tags(env: Env) -> None:
     debian_sources(env)
     procs = [lmsforge_process(env, "fetch", "-f", "toy", "-t", tag) for tag in DEBIAN_TOYS]
@@ -880,6 +912,23 @@ CASES: list[Case] = [
          "no pytorch-lms-core for v2.6.0 (version 2.6.0) in"),
     # E11: ~ in the environment's folders (finding 9)
     Case("E11", lambda env: [], 0, "", run=tilde_in_environment),
+    # D07, O05, O06: standard output that fails (findings 13, 20)
+    Case("D07", lambda env: [], 0, "", run=stdout_that_fails(
+        "full", 1, "cannot write to standard output (No space left on device)",
+        lambda env: ["list"])),
+    Case("D07b", lambda env: [], 0, "", run=stdout_that_fails(
+        "full", 1, "cannot write to standard output", lambda env: ["list", "--json"])),
+    Case("O05", lambda env: [], 0, "", run=stdout_that_fails(
+        "gone", 0, None, lambda env: ["status", "--tree", str(env.tree)])),
+    Case("O06", lambda env: [], 0, "", run=stdout_that_fails(
+        "closed", 2, "standard output is closed", lambda env: ["list", "--json"])),
+    # P06: a name longer than the file system takes (finding 16)
+    Case("P06", apply_into("e" * 300), 2, "the name is too long for the file system"),
+    # E08: a patches folder that does not exist (finding 15)
+    Case("E08", lambda env: ["--patches-dir", str(env.root / "nope"), "list"], 2,
+         "nope does not exist; fix --patches-dir or LMSFORGE_PATCHES_DIR"),
+    Case("E08b", lambda env: ["--patches-dir", str(env.root / "nope"), "status", "--series"], 2,
+         "nope does not exist; fix --patches-dir or LMSFORGE_PATCHES_DIR"),
     Case("F14", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--mirror",
                              str(env.root / "gone.git")], 1, "check the network"),
 ]
