@@ -128,6 +128,9 @@ class _GuardedStdout:
                                 "standard output (or redirect it to /dev/null)", EXIT_USAGE)
         try:
             return self._stream.write(text)  # type: ignore[attr-defined]
+        except UnicodeEncodeError:  # an ASCII or strict C locale: '?' for what it cannot show
+            encoding = getattr(self._stream, "encoding", None) or "ascii"
+            return self.write(text.encode(encoding, "replace").decode(encoding, "replace"))
         except OSError as exc:
             raise self._failed(exc) from None
 

@@ -91,14 +91,15 @@ def available(name: str, channels: Sequence[str | Path], platform: str,
     import rattler
 
     addresses = addresses_for(channels)
-    with credentials.auth_file_for(read_credentials(addresses)):  # refused before any request
+    creds = read_credentials(addresses)  # refused before any request
+    with credentials.auth_file_for(creds):
         check_answering(addresses)
         gateway, _ = _gateway(cache_dir, cache_action="no-cache")
         try:
             result = asyncio.run(gateway.query([rattler.Channel(a.read_url) for a in addresses],
                                                [platform, "noarch"], [name], recursive=False))
         except Exception as exc:
-            raise _read_error(exc, addresses, [name]) from None
+            raise _read_error(exc, addresses, [name], set(creds)) from None
     return sorted({(str(r.version), str(r.build)) for records in result for r in records})
 
 
@@ -123,7 +124,8 @@ def install(specs: Sequence[str], channels: Sequence[str | Path], prefix: Path, 
         virtuals.append(rattler.GenericVirtualPackage(rattler.PackageName(name),
                                                       rattler.Version(version or "0"),
                                                       rattler.BuildString("0")))
-    with credentials.auth_file_for(read_credentials(addresses)):  # refused before any request
+    creds = read_credentials(addresses)  # refused before any request
+    with credentials.auth_file_for(creds):
         check_answering(addresses)
         gateway, client = _gateway(cache_dir)
         try:
@@ -131,7 +133,7 @@ def install(specs: Sequence[str], channels: Sequence[str | Path], prefix: Path, 
                 sources=[rattler.Channel(a.read_url) for a in addresses], specs=list(specs),
                 gateway=gateway, platforms=[platform, "noarch"], virtual_packages=virtuals))
         except Exception as exc:
-            raise _read_error(exc, addresses, specs) from None
+            raise _read_error(exc, addresses, specs, set(creds)) from None
         try:
             asyncio.run(rattler.install(records, target_prefix=prefix, cache_dir=cache_dir,
                                         platform=rattler.Subdir(platform), show_progress=False,
@@ -150,13 +152,17 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _read_error(exc: Exception, addresses: Sequence[ChannelAddress],
-                specs: Sequence[str]) -> LmsforgeError:
+                specs: Sequence[str], with_credentials: set[str] | None = None) -> LmsforgeError:
     """One line for a failed solve or query; names the channel at fault where rattler says."""
     text = redact(_first_line(exc))
     at_fault = [a for a in addresses if a.host and a.host in text] or list(addresses)
     shown = ", ".join(a.shown for a in at_fault)
     if re.search(r"\b(401|403)\b|nauthori[sz]ed|orbidden", text):
         hosts = ", ".join(sorted({a.host for a in at_fault if a.host}))
+        if with_credentials is not None and not with_credentials & {a.host for a in at_fault}:
+            return UsageError(f"channel {shown} needs credentials and lmsforge has none for "
+                              f"{hosts}; add an entry to {credentials.AUTH_FILE_ENV}, or set "
+                              f"{credentials.ENV_TOKEN} with {credentials.ENV_HOST}")
         return UsageError(f"channel {shown} refused the credentials; check the entry for "
                           f"{hosts} in {credentials.AUTH_FILE_ENV}, or {credentials.ENV_TOKEN} "
                           f"with {credentials.ENV_HOST}")

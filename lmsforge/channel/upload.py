@@ -44,7 +44,7 @@ def publish_to_server(infos: Sequence, address: ChannelAddress, *,
     subdirs = sorted({info.subdir for info in infos} | {"noarch"})
     with credentials.auth_file_for(creds) as auth_file:
         check_answering([address])
-        there = _index_records(address, names, subdirs)
+        there = _index_records(address, names, subdirs, has_credentials=bool(creds))
         added, unchanged = [], []
         for info in infos:
             rel = f"{info.subdir}/{info.filename}"
@@ -76,7 +76,7 @@ def _check_publishable(address: ChannelAddress) -> None:
 
 
 def _index_records(address: ChannelAddress, names: Sequence[str],
-                  subdirs: Sequence[str]) -> dict[str, str]:
+                   subdirs: Sequence[str], *, has_credentials: bool = True) -> dict[str, str]:
     """File name -> sha256 of every record of NAMES the channel's index lists now (read through
     rattler, uncached, with the credentials in ``RATTLER_AUTH_FILE``)."""
     import rattler
@@ -92,13 +92,18 @@ def _index_records(address: ChannelAddress, names: Sequence[str],
         text = redact(" ".join(str(exc).split()))
         if "could not find subdir 'noarch'" in text and address.server != QUETZ:
             return {}  # a new, empty repository
-        raise _index_error(text, address) from None
+        raise _index_error(text, address, has_credentials) from None
     return {record.file_name: record.sha256.hex() if record.sha256 else ""
             for records in result for record in records}
 
 
-def _index_error(text: str, address: ChannelAddress) -> LmsforgeError:
+def _index_error(text: str, address: ChannelAddress,
+                 has_credentials: bool = True) -> LmsforgeError:
     """One line for a failure to read ADDRESS's index (TEXT is rattler's message, redacted)."""
+    if _refused(text) and not has_credentials:
+        return UsageError(f"channel {address.shown} needs credentials and lmsforge has none for "
+                          f"{address.host}; add an entry to {AUTH_FILE_ENV}, or set {ENV_TOKEN} "
+                          "(docs/channel.md)")
     if _refused(text):
         return UsageError(f"channel {address.shown} refused the credentials; check the entry for "
                           f"{address.host} in {AUTH_FILE_ENV}, or {ENV_TOKEN} with "

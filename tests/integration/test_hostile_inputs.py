@@ -650,6 +650,27 @@ def stdout_that_fails(how: str, code: int, says: str | None,
     return run
 
 
+def no_credentials_for_a_private_channel(command: Callable[[Env, str], list[str]]
+                                         ) -> Callable[[Env], None]:
+    """COMMAND against a channel that answers 401, with no credentials set at all: the line says
+    none are set, not that they were refused (K19)."""
+    def run(env: Env) -> None:
+        from channel_server import ChannelServer
+
+        environ = {k: v for k, v in os.environ.items()
+                   if k not in ("RATTLER_AUTH_FILE", "LMSFORGE_CHANNEL_TOKEN",
+                                "LMSFORGE_CHANNEL_USER", "LMSFORGE_CHANNEL_PASSWORD",
+                                "LMSFORGE_CHANNEL_HOST")}
+        with ChannelServer(channel(env), token="tok-9d1c2e7f44") as server:
+            proc = subprocess.run([sys.executable, "-m", "lmsforge", *command(env, server.url)],
+                                  capture_output=True, text=True, timeout=300, env=environ)
+        shown = f"exit {proc.returncode}\nstderr: {proc.stderr}"
+        errors = error_lines(Outcome(proc.returncode, proc.stdout, proc.stderr))
+        assert proc.returncode == 2 and len(errors) == 1, shown
+        assert "needs credentials and lmsforge has none for 127.0.0.1" in errors[0], shown
+    return run
+
+
 def two_fetches_of_different_tags(env: Env) -> None:
     debian_sources(env)
     procs = [lmsforge_process(env, "fetch", "-f", "toy", "-t", tag) for tag in DEBIAN_TOYS]
@@ -929,6 +950,14 @@ CASES: list[Case] = [
          "nope does not exist; fix --patches-dir or LMSFORGE_PATCHES_DIR"),
     Case("E08b", lambda env: ["--patches-dir", str(env.root / "nope"), "status", "--series"], 2,
          "nope does not exist; fix --patches-dir or LMSFORGE_PATCHES_DIR"),
+    # K19: a private channel and no credentials at all (finding 26)
+    Case("K19", lambda env: [], 0, "", run=no_credentials_for_a_private_channel(
+        publish_to_silent_channel)),
+    Case("K19b", lambda env: [], 0, "", run=no_credentials_for_a_private_channel(
+        command_test_against)),
+    # E13: an ASCII-only output encoding (finding 14)
+    Case("E13", lambda env: ["list"], 0, "toy", how="process",
+         environ={"PYTHONIOENCODING": "ascii"}),
     Case("F14", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--mirror",
                              str(env.root / "gone.git")], 1, "check the network"),
 ]
