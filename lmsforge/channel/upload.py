@@ -15,7 +15,10 @@ right after ``publish`` finds them.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -127,29 +130,52 @@ def _unreachable(text: str) -> bool:
                           r"unreachable|refused", text))
 
 
+# py-rattler-build's uploaders hold the GIL until the upload ends, so in our process neither a
+# signal handler nor a thread could run meanwhile: SIGTERM would wait for the upload, or end the
+# process without removing the private auth file. They run in a child process instead, which
+# the signal handling ends (native_exit.end_children) before the auth file is removed.
+_UPLOAD_CHILD = """
+import json, os, sys
+call = json.loads(sys.argv[1])
+try:
+    import rattler_build
+    getattr(rattler_build, call["function"])(*call["args"], **call["kwargs"])
+except BaseException as exc:
+    sys.stderr.write("\\n" + call["marker"] + (" ".join(str(exc).split()) or repr(exc)) + "\\n")
+    sys.stderr.flush()
+    os._exit(1)
+os._exit(0)  # no interpreter teardown with rattler's runtime loaded (native_exit)
+"""
+_ERROR_MARKER = "lmsforge-upload-error: "
+
+
 def _upload(address: ChannelAddress, files: list[str], auth_file: str,
             creds: dict[str, credentials.Credential]) -> None:
-    import rattler_build as rb
-
     base, channel = address.upload_base, address.upload_channel
-    try:
-        if address.server == QUETZ:
-            rb.upload_package_to_quetz(files, base, channel, auth_file=auth_file)
-        elif address.server == ARTIFACTORY:
-            rb.upload_package_to_artifactory(files, base, channel, auth_file=auth_file)
-        elif address.server == PREFIX:
-            rb.upload_package_to_prefix(files, base, channel, auth_file=auth_file)
-        elif address.server == ANACONDA:
-            owner, _, label = channel.partition("/")
-            rb.upload_package_to_anaconda(files, owner, channel=[label or "main"],
-                                          auth_file=auth_file)
-        else:
-            raise UsageError(f"channel {address.shown}: cannot publish to a {address.server} "
-                             "channel")
-    except LmsforgeError:
-        raise
-    except Exception as exc:
-        raise _upload_error(" ".join(str(exc).split()), address, creds) from None
+    if address.server == QUETZ:
+        function, args, kwargs = "upload_package_to_quetz", [files, base, channel], {}
+    elif address.server == ARTIFACTORY:
+        function, args, kwargs = "upload_package_to_artifactory", [files, base, channel], {}
+    elif address.server == PREFIX:
+        function, args, kwargs = "upload_package_to_prefix", [files, base, channel], {}
+    elif address.server == ANACONDA:
+        owner, _, label = channel.partition("/")
+        function, args, kwargs = "upload_package_to_anaconda", [files, owner], {
+            "channel": [label or "main"]}
+    else:
+        raise UsageError(f"channel {address.shown}: cannot publish to a {address.server} "
+                         "channel")
+    call = {"function": function, "args": args, "kwargs": {**kwargs, "auth_file": auth_file},
+            "marker": _ERROR_MARKER}
+    proc = subprocess.run([sys.executable, "-c", _UPLOAD_CHILD, json.dumps(call)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          errors="replace")
+    if proc.returncode != 0:
+        said = [line[len(_ERROR_MARKER):] for line in proc.stderr.splitlines()
+                if line.startswith(_ERROR_MARKER)]
+        text = said[-1] if said else " ".join(proc.stderr.split()[-40:]) or \
+            f"the uploader ended with exit {proc.returncode}"
+        raise _upload_error(text, address, creds)
 
 
 def _upload_error(text: str, address: ChannelAddress,

@@ -277,6 +277,7 @@ def make_conda(folder: Path, *, name: str = "hello", version: str = "1.0", build
         archive.writestr(f"pkg-{stem}.tar.zst", _tar_zst({"share/hello.txt": payload}))
         archive.writestr(f"info-{stem}.tar.zst", _tar_zst({
             "info/index.json": json.dumps(index).encode(),
+            "info/about.json": json.dumps({"license": "MIT"}).encode(),
             "info/paths.json": json.dumps(paths).encode()}))
     return path
 
@@ -535,8 +536,12 @@ def signal_when(proc: subprocess.Popen, ready: Callable[[], bool], signum: int,
 
 def ended_cleanly(proc: subprocess.Popen, signum: int, children: dict[int, str]) -> str:
     """PROC ended with 128+SIGNUM, one error line naming the signal, and no process it started
-    outlives it; returns the error line."""
-    out, err = proc.communicate(timeout=120)
+    outlives it, within a minute; returns the error line."""
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"still running a minute after the signal: {proc.communicate()}")
     shown = f"exit {proc.returncode}\nstdout: {out}\nstderr: {err}"
     assert proc.returncode == 128 + signum, shown
     errors = error_lines(Outcome(proc.returncode, out, err))
@@ -669,6 +674,65 @@ def no_credentials_for_a_private_channel(command: Callable[[Env, str], list[str]
         assert proc.returncode == 2 and len(errors) == 1, shown
         assert "needs credentials and lmsforge has none for 127.0.0.1" in errors[0], shown
     return run
+
+
+class StallingUploadServer:
+    """A channel on 127.0.0.1 that serves FOLDER's index files and takes an upload (PUT) but never
+    answers it; `put_seen` is set once the upload arrived. Stopped on exit."""
+
+    def __init__(self, folder: Path) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.put_seen, release = threading.Event(), threading.Event()
+        self.release = release
+        put_seen = self.put_seen
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                path = folder / self.path.split("?")[0].removeprefix("/lms/")
+                body = path.read_bytes() if path.is_file() else None
+                self.send_response(200 if body is not None else 404)
+                self.send_header("Content-Length", str(len(body or b"")))
+                self.end_headers()
+                self.wfile.write(body or b"")
+
+            def do_PUT(self) -> None:
+                put_seen.set()
+                release.wait(120)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/lms"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "StallingUploadServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def terminated_upload(env: Env) -> None:
+    """SIGTERM while the upload to a server waits for its answer: the uploader process ends with
+    lmsforge, and the private auth file holding the token is removed (S11c)."""
+    tmp = env.root / "tmp"
+    tmp.mkdir()
+    with StallingUploadServer(channel(env)) as server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lmsforge", *env.base_args(), "publish", "--channel",
+             server.url, str(make_conda(env.root / "pkgs"))],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "TMPDIR": str(tmp), "LMSFORGE_CHANNEL_TOKEN": "tok-3e8a1f0c99"})
+        children = signal_when(proc, server.put_seen.is_set, signal.SIGTERM)
+        ended_cleanly(proc, signal.SIGTERM, children)
+    assert list(tmp.glob("lmsforge-auth-*")) == [], "the auth file holding the token was left"
 
 
 def two_fetches_of_different_tags(env: Env) -> None:
@@ -898,6 +962,7 @@ CASES: list[Case] = [
     Case("S09", lambda env: [], 0, "", run=terminated_folder_publish),
     Case("S11", lambda env: [], 0, "", run=terminated_server_publish(signal.SIGTERM)),
     Case("S11b", lambda env: [], 0, "", run=terminated_server_publish(signal.SIGHUP)),
+    Case("S11c", lambda env: [], 0, "", run=terminated_upload),
     Case("S09b", then(lambda env: (channel(env) / ".lmsforge-staging-killed" / "linux-64").mkdir(
         parents=True), publish_package("linux-64")), 0, "1 added",
         check=absent("ch", "inner", ".lmsforge-staging-killed")),
