@@ -1008,6 +1008,10 @@ CASES: list[Case] = [
         "gone", 0, None, lambda env: ["status", "--tree", str(env.tree)])),
     Case("O06", lambda env: [], 0, "", run=stdout_that_fails(
         "closed", 2, "standard output is closed", lambda env: ["list", "--json"])),
+    # P04: --into a dangling symlink (finding 23)
+    Case("P04", then(lambda env: (env.root / "into-dangling").symlink_to(env.root / "missing"),
+                     apply_into("into-dangling")), 2, "is a symlink to a missing folder",
+         check=absent("missing")),
     # P06: a name longer than the file system takes (finding 16)
     Case("P06", apply_into("e" * 300), 2, "the name is too long for the file system"),
     # E08: a patches folder that does not exist (finding 15)
