@@ -14,7 +14,7 @@ import click
 from lmsforge import __version__, native_exit, ui
 from lmsforge.channel.credentials import redact
 from lmsforge.errors import EXIT_FAILED, EXIT_USAGE, LmsforgeError, Terminated
-from lmsforge.options import Options
+from lmsforge.options import Options, sim_seeds_from_env
 from lmsforge.verify.levels import DEFAULT_SIM_SEEDS, LEVELS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -109,8 +109,8 @@ def source_options(func: Callable[..., object]) -> Callable[..., object]:
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
               envvar="LMSFORGE_CACHE_DIR",
               help="Cache for downloads, trees and builds [default: ~/.cache/lmsforge].")
-@click.option("--jobs", "-j", type=click.IntRange(1), envvar="LMSFORGE_JOBS",
-              help="Parallel compile jobs [default: number of CPUs].")
+@click.option("--jobs", "-j", type=click.IntRange(1),
+              help="Parallel compile jobs [default: LMSFORGE_JOBS, else the number of CPUs].")
 @click.pass_context
 def main(ctx: click.Context, patches_dir: Path | None, cache_dir: Path | None,
          jobs: int | None) -> None:
@@ -190,16 +190,16 @@ def apply(ctx: click.Context, framework: str, tag: str, into: Path | None, new: 
               help="Run this level and every level below it.")
 @click.option("--require", is_flag=True,
               help="Exit non-zero when the requested level could not run (e.g. no GPU).")
-@click.option("--sim-seeds", type=click.IntRange(1, 1000), default=DEFAULT_SIM_SEEDS,
-              envvar="LMSFORGE_SIM_SEEDS", show_default=True,
-              help="core-sim: run the CUDA tests under seeds 1..N of the simulator.")
+@click.option("--sim-seeds", type=click.IntRange(1, 1000),
+              help="core-sim: run the CUDA tests under seeds 1..N of the simulator "
+                   f"[default: LMSFORGE_SIM_SEEDS, else {DEFAULT_SIM_SEEDS}].")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON report to this file.")
 @source_options
 @json_opt
 @click.pass_context
 def verify(ctx: click.Context, framework: str | None, tag: str | None, level: str,
-           require: bool, sim_seeds: int, report_path: Path | None, source: str,
+           require: bool, sim_seeds: int | None, report_path: Path | None, source: str,
            archive: Path | None, mirror: str | None, as_json: bool) -> None:
     """Run verification levels (apply, compile, core-cpu, core-sim, core-gpu, full) on series.
 
@@ -208,8 +208,16 @@ def verify(ctx: click.Context, framework: str | None, tag: str | None, level: st
     from lmsforge.commands import verify as command
 
     fetch_kwargs = {"prefer": source, "archive_file": archive, "mirror": mirror}
-    _invoke(ctx, lambda opts: command.run(opts, framework, tag, level, require, as_json,
-                                          report_path, fetch_kwargs, sim_seeds))
+
+    def action(opts: Options) -> int:
+        seeds = sim_seeds
+        if seeds is None:  # the variable matters only to a verify that reaches core-sim
+            seeds = (sim_seeds_from_env(DEFAULT_SIM_SEEDS)
+                     if LEVELS.index(level) >= LEVELS.index("core-sim") else DEFAULT_SIM_SEEDS)
+        return command.run(opts, framework, tag, level, require, as_json, report_path,
+                           fetch_kwargs, seeds)
+
+    _invoke(ctx, action)
 
 
 @main.command()

@@ -41,14 +41,33 @@ def default_patches_dir() -> Path:
 
 
 def default_jobs() -> int:
-    return max(1, int(os.environ.get("LMSFORGE_JOBS", os.cpu_count() or 1)))
+    """LMSFORGE_JOBS, else the number of CPUs; read where the jobs are used, so a bad value
+    breaks only the commands that compile, and the error names the variable."""
+    text = os.environ.get("LMSFORGE_JOBS", "").strip()
+    if not text:
+        return max(1, os.cpu_count() or 1)
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"LMSFORGE_JOBS={text!r} is not a number of jobs (1 or more); fix it, "
+                         "or unset it to use every CPU")
+    return int(text)
+
+
+def sim_seeds_from_env(default: int) -> int:
+    """LMSFORGE_SIM_SEEDS (1..1000), else DEFAULT; the error names the variable."""
+    text = os.environ.get("LMSFORGE_SIM_SEEDS", "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or not 1 <= int(text) <= 1000:
+        raise UsageError(f"LMSFORGE_SIM_SEEDS={text!r} is not a number of seeds from 1 to 1000; "
+                         "fix it, or unset it")
+    return int(text)
 
 
 @dataclass(frozen=True)
 class Options:
     patches_dir: Path
     cache: Cache
-    jobs: int
+    jobs_given: int | None  # --jobs; None: LMSFORGE_JOBS or the CPUs, read when used
     patches_dir_given: bool = False  # by --patches-dir or LMSFORGE_PATCHES_DIR
 
     @classmethod
@@ -63,10 +82,14 @@ class Options:
             patches_dir=(patches_dir.expanduser().resolve() if patches_dir
                          else default_patches_dir()),
             cache=Cache(cache),
-            jobs=jobs or default_jobs(),
+            jobs_given=jobs,
             patches_dir_given=patches_dir is not None or bool(
                 os.environ.get("LMSFORGE_PATCHES_DIR")),
         )
+
+    @property
+    def jobs(self) -> int:
+        return self.jobs_given or default_jobs()
 
     def refuse_inside_managed(self, target: Path, option: str) -> None:
         """Refuse a work tree inside the cache (verify resets its trees, the next download sweeps

@@ -1012,6 +1012,13 @@ CASES: list[Case] = [
     Case("P04", then(lambda env: (env.root / "into-dangling").symlink_to(env.root / "missing"),
                      apply_into("into-dangling")), 2, "is a symlink to a missing folder",
          check=absent("missing")),
+    # E06-E07: garbage in LMSFORGE_SIM_SEEDS / LMSFORGE_JOBS (finding 18): named, and only
+    # where used
+    Case("E06", verify(), 0, "apply exactly and round-trip", environ={"LMSFORGE_SIM_SEEDS": "abc"}),
+    Case("E06b", verify("--level", "core-sim"), 2,
+         "LMSFORGE_SIM_SEEDS='abc' is not a number of seeds", environ={"LMSFORGE_SIM_SEEDS": "abc"},
+         check=cache_has_no_trees),
+    Case("E07", lambda env: ["list"], 0, "toy", environ={"LMSFORGE_JOBS": "abc"}),
     # P06: a name longer than the file system takes (finding 16)
     Case("P06", apply_into("e" * 300), 2, "the name is too long for the file system"),
     # E08: a patches folder that does not exist (finding 15)
