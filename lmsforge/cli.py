@@ -343,7 +343,9 @@ def render(ctx: click.Context, framework: str, tag: str, profile: str,
 @tag_opt
 @click.option("--profile", type=click.Choice(["core", "full"]), default="core",
               show_default=True, help="core: c10 + LMS tests (minutes); full: the framework.")
-@click.option("--platform", type=platform_choice, default="linux-64", show_default=True)
+@click.option("--platform", type=platform_choice, default="linux-64", show_default=True,
+              help="Target platform of the packages; linux-ppc64le cross-compiles "
+                   "(docs/building.md).")
 @variant_opt
 @click.option("--channel", type=click.Path(file_okay=False, path_type=Path),
               default="lms-channel", show_default=True,
@@ -400,6 +402,11 @@ def test_(ctx: click.Context, framework: str, tag: str, channels: tuple[str, ...
 @click.pass_context
 def publish(ctx: click.Context, target: str, packages: tuple[Path, ...]) -> None:
     """Add packages to a private channel under a lock, re-indexing atomically.
+
+    Credentials for a server: an entry for its host in RATTLER_AUTH_FILE, or
+    LMSFORGE_CHANNEL_TOKEN (or LMSFORGE_CHANNEL_USER + LMSFORGE_CHANNEL_PASSWORD); never in the
+    URL. A server that does not answer in LMSFORGE_CHANNEL_TIMEOUT seconds (default 60) is given
+    up (docs/channel.md).
 
     Example: lmsforge publish --channel /srv/conda/lms ch/linux-64/*.conda
     """

@@ -587,19 +587,21 @@ def terminated_folder_publish(env: Env) -> None:
         json.loads(index.read_text())
 
 
-def terminated_server_publish(signum: int) -> Callable[[Env], None]:
-    """SIGTERM/SIGHUP while publish waits on a server with a token: the private auth file that
-    holds the token is removed (S11)."""
+def terminated_server_publish(signum: int, command: Callable[[Env, str], list[str]] = (
+        publish_to_silent_channel)) -> Callable[[Env], None]:
+    """SIGTERM/SIGHUP while publish (or test) waits on a server with a token: the private auth
+    file that holds the token is removed (S11, S10)."""
     def run(env: Env) -> None:
         tmp = env.root / "tmp"
         tmp.mkdir()
         with SilentServer() as server:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "lmsforge", *env.base_args(), "publish", "--channel",
-                 f"http://127.0.0.1:{server.port}/lms", str(make_conda(env.root / "pkgs"))],
+                [sys.executable, "-m", "lmsforge",
+                 *command(env, f"http://127.0.0.1:{server.port}/lms")],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 env={**os.environ, "TMPDIR": str(tmp), "LMSFORGE_CHANNEL_TIMEOUT": "120",
-                     "LMSFORGE_CHANNEL_TOKEN": "tok-3e8a1f0c99"})
+                     "LMSFORGE_CHANNEL_TOKEN": "tok-3e8a1f0c99",
+                     "LMSFORGE_CHANNEL_HOST": "127.0.0.1"})
             children = signal_when(proc, lambda: any(tmp.glob("lmsforge-auth-*/auth.json")),
                                    signum)
             line = ended_cleanly(proc, signum, children)
@@ -963,6 +965,8 @@ CASES: list[Case] = [
     Case("S11", lambda env: [], 0, "", run=terminated_server_publish(signal.SIGTERM)),
     Case("S11b", lambda env: [], 0, "", run=terminated_server_publish(signal.SIGHUP)),
     Case("S11c", lambda env: [], 0, "", run=terminated_upload),
+    Case("S10", lambda env: [], 0, "", run=terminated_server_publish(signal.SIGTERM,
+                                                                      command_test_against)),
     Case("S09b", then(lambda env: (channel(env) / ".lmsforge-staging-killed" / "linux-64").mkdir(
         parents=True), publish_package("linux-64")), 0, "1 added",
         check=absent("ch", "inner", ".lmsforge-staging-killed")),
@@ -1019,6 +1023,9 @@ CASES: list[Case] = [
          "LMSFORGE_SIM_SEEDS='abc' is not a number of seeds", environ={"LMSFORGE_SIM_SEEDS": "abc"},
          check=cache_has_no_trees),
     Case("E07", lambda env: ["list"], 0, "toy", environ={"LMSFORGE_JOBS": "abc"}),
+    # F27 (help texts): publish says where credentials go, build --platform says what it is
+    Case("F27", lambda env: ["publish", "--help"], 0, "LMSFORGE_CHANNEL_TOKEN"),
+    Case("F27b", lambda env: ["build", "--help"], 0, "Target platform of the packages"),
     # P06: a name longer than the file system takes (finding 16)
     Case("P06", apply_into("e" * 300), 2, "the name is too long for the file system"),
     # E08: a patches folder that does not exist (finding 15)
