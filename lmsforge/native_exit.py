@@ -38,14 +38,17 @@ HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 def handle_signals() -> None:
     """SIGTERM and SIGHUP end the command like Ctrl-C (for the program only, not for callers
-    that import lmsforge)."""
+    that import lmsforge). A signal the caller made us ignore stays ignored: `nohup lmsforge
+    build …` must outlive its terminal."""
     for signum in HANDLED_SIGNALS:
-        signal.signal(signum, _on_signal)
+        if signal.getsignal(signum) != signal.SIG_IGN:
+            signal.signal(signum, _on_signal)
 
 
 def _on_signal(signum: int, frame: object) -> None:
     for other in HANDLED_SIGNALS:  # a second signal must not interrupt the clean-up
-        signal.signal(other, _ignore)
+        if signal.getsignal(other) == _on_signal:
+            signal.signal(other, _ignore)
     end_children(grace_s=0)
     raise Terminated(signum, signal.Signals(signum).name)
 
@@ -55,9 +58,10 @@ def default_signals() -> Iterator[None]:
     """SIGTERM and SIGHUP end the process at once while a native call that holds the GIL runs
     (a rattler-build build): a Python handler would only run once the call returns, minutes
     later, and that is worse than ending without the clean-up (what Ctrl-C does there too)."""
-    saved = {signum: signal.getsignal(signum) for signum in HANDLED_SIGNALS}
+    saved = {signum: signal.getsignal(signum) for signum in HANDLED_SIGNALS
+             if signal.getsignal(signum) == _on_signal}
     try:
-        for signum in HANDLED_SIGNALS:
+        for signum in saved:
             signal.signal(signum, signal.SIG_DFL)
     except ValueError:  # not the main thread: nothing was changed
         saved = {}

@@ -721,6 +721,23 @@ class StallingUploadServer:
         self.server.server_close()
 
 
+def nohup_outlives_its_terminal(env: Env) -> None:
+    """Under nohup (SIGHUP ignored), a hang-up does not end the command (S12)."""
+    tmp = env.root / "tmp"
+    tmp.mkdir()
+    with SilentServer() as server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lmsforge",
+             *publish_to_silent_channel(env, f"http://127.0.0.1:{server.port}/lms")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+            env={**os.environ, "TMPDIR": str(tmp), "LMSFORGE_CHANNEL_TIMEOUT": "4",
+                 "LMSFORGE_CHANNEL_TOKEN": "tok-3e8a1f0c99"})
+        signal_when(proc, lambda: any(tmp.glob("lmsforge-auth-*/auth.json")), signal.SIGHUP)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "did not answer in 4 s" in err, (proc.returncode, err)
+
+
 def terminated_upload(env: Env) -> None:
     """SIGTERM while the upload to a server waits for its answer: the uploader process ends with
     lmsforge, and the private auth file holding the token is removed (S11c)."""
@@ -965,6 +982,7 @@ CASES: list[Case] = [
     Case("S11", lambda env: [], 0, "", run=terminated_server_publish(signal.SIGTERM)),
     Case("S11b", lambda env: [], 0, "", run=terminated_server_publish(signal.SIGHUP)),
     Case("S11c", lambda env: [], 0, "", run=terminated_upload),
+    Case("S12", lambda env: [], 0, "", run=nohup_outlives_its_terminal),
     Case("S10", lambda env: [], 0, "", run=terminated_server_publish(signal.SIGTERM,
                                                                       command_test_against)),
     Case("S09b", then(lambda env: (channel(env) / ".lmsforge-staging-killed" / "linux-64").mkdir(
