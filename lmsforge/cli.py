@@ -490,4 +490,9 @@ def run() -> None:
         native_exit.finish(exc.code)
     except click.exceptions.Abort:
         native_exit.finish(EXIT_USAGE)
+    except ui.OutputClosed:  # click's own output (--help, --version) to a reader that went away
+        native_exit.finish(0)
+    except LmsforgeError as exc:  # the same for standard output that cannot be written
+        ui.error(redact(str(exc)))
+        native_exit.finish(exc.exit_code)
     native_exit.finish(0)

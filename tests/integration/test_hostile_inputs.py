@@ -1026,6 +1026,8 @@ CASES: list[Case] = [
         lambda env: ["list"])),
     Case("D07b", lambda env: [], 0, "", run=stdout_that_fails(
         "full", 1, "cannot write to standard output", lambda env: ["list", "--json"])),
+    Case("D07c", lambda env: [], 0, "", run=stdout_that_fails(
+        "full", 1, "cannot write to standard output", lambda env: ["--version"])),
     Case("O05", lambda env: [], 0, "", run=stdout_that_fails(
         "gone", 0, None, lambda env: ["status", "--tree", str(env.tree)])),
     Case("O06", lambda env: [], 0, "", run=stdout_that_fails(
