@@ -1,5 +1,7 @@
 """Hostile but fair input, one table row per case of
-``shared/evidence/hostile-inputs-and-ibm-api.md`` part A (row numbers kept as ids).
+``shared/evidence/hostile-inputs-and-ibm-api.md`` part A (row numbers kept as ids), and of
+``shared/evidence/hostile-inputs-2026-11-26.md`` (its case ids: K channel, S signals, P paths,
+E environment, D disks, O output; F27 for its finding 27, which has no case id).
 
 A row is a `Case`: what to set up (and the command line it returns), the exit code, a fragment
 of the one `lmsforge: error:` line (of the output when the code is 0), what must be left exactly
