@@ -13,8 +13,8 @@ import click
 
 from lmsforge import __version__, native_exit, ui
 from lmsforge.channel.credentials import redact
-from lmsforge.errors import EXIT_FAILED, EXIT_USAGE, LmsforgeError
-from lmsforge.options import Options
+from lmsforge.errors import EXIT_FAILED, EXIT_USAGE, LmsforgeError, Terminated
+from lmsforge.options import Options, sim_seeds_from_env
 from lmsforge.verify.levels import DEFAULT_SIM_SEEDS, LEVELS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -27,9 +27,17 @@ def _invoke(ctx: click.Context, action: Callable[[Options], int]) -> None:
     except LmsforgeError as exc:
         ui.error(redact(str(exc)))
         code = exc.exit_code
-    except KeyboardInterrupt:
-        ui.error("interrupted; nothing half-done was kept (run the command again)")
-        code = 130
+    except ui.OutputClosed:  # the reader of our output went away: its normal end
+        code = 0
+    except KeyboardInterrupt as exc:
+        native_exit.end_children()  # what the signal's first round did not end
+        if isinstance(exc, Terminated):
+            ui.error(f"terminated by {exc.name}; nothing half-done was kept (run the command "
+                     "again)")
+            code = 128 + exc.signum
+        else:
+            ui.error("interrupted; nothing half-done was kept (run the command again)")
+            code = 130
     except OSError as exc:
         code = _environment_error(exc, opts)
     except Exception:  # an lmsforge bug: one line for the user, the traceback in a file
@@ -44,6 +52,10 @@ def _environment_error(exc: OSError, opts: Options) -> int:
         ui.error(f"no space left on the device of {where or opts.cache.root}; free space there, "
                  "or pass --cache-dir on a larger disk")
         return EXIT_FAILED
+    if exc.errno == errno.ENAMETOOLONG:
+        ui.error(f"{where or 'a path'}: the name is too long for the file system; choose a "
+                 "shorter path")
+        return EXIT_USAGE
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         ui.error(f"{where or 'a file'}: {exc.strerror}; fix its permissions or choose another "
                  "folder")
@@ -97,8 +109,8 @@ def source_options(func: Callable[..., object]) -> Callable[..., object]:
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
               envvar="LMSFORGE_CACHE_DIR",
               help="Cache for downloads, trees and builds [default: ~/.cache/lmsforge].")
-@click.option("--jobs", "-j", type=click.IntRange(1), envvar="LMSFORGE_JOBS",
-              help="Parallel compile jobs [default: number of CPUs].")
+@click.option("--jobs", "-j", type=click.IntRange(1),
+              help="Parallel compile jobs [default: LMSFORGE_JOBS, else the number of CPUs].")
 @click.pass_context
 def main(ctx: click.Context, patches_dir: Path | None, cache_dir: Path | None,
          jobs: int | None) -> None:
@@ -178,16 +190,16 @@ def apply(ctx: click.Context, framework: str, tag: str, into: Path | None, new: 
               help="Run this level and every level below it.")
 @click.option("--require", is_flag=True,
               help="Exit non-zero when the requested level could not run (e.g. no GPU).")
-@click.option("--sim-seeds", type=click.IntRange(1, 1000), default=DEFAULT_SIM_SEEDS,
-              envvar="LMSFORGE_SIM_SEEDS", show_default=True,
-              help="core-sim: run the CUDA tests under seeds 1..N of the simulator.")
+@click.option("--sim-seeds", type=click.IntRange(1, 1000),
+              help="core-sim: run the CUDA tests under seeds 1..N of the simulator "
+                   f"[default: LMSFORGE_SIM_SEEDS, else {DEFAULT_SIM_SEEDS}].")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON report to this file.")
 @source_options
 @json_opt
 @click.pass_context
 def verify(ctx: click.Context, framework: str | None, tag: str | None, level: str,
-           require: bool, sim_seeds: int, report_path: Path | None, source: str,
+           require: bool, sim_seeds: int | None, report_path: Path | None, source: str,
            archive: Path | None, mirror: str | None, as_json: bool) -> None:
     """Run verification levels (apply, compile, core-cpu, core-sim, core-gpu, full) on series.
 
@@ -196,8 +208,16 @@ def verify(ctx: click.Context, framework: str | None, tag: str | None, level: st
     from lmsforge.commands import verify as command
 
     fetch_kwargs = {"prefer": source, "archive_file": archive, "mirror": mirror}
-    _invoke(ctx, lambda opts: command.run(opts, framework, tag, level, require, as_json,
-                                          report_path, fetch_kwargs, sim_seeds))
+
+    def action(opts: Options) -> int:
+        seeds = sim_seeds
+        if seeds is None:  # the variable matters only to a verify that reaches core-sim
+            seeds = (sim_seeds_from_env(DEFAULT_SIM_SEEDS)
+                     if LEVELS.index(level) >= LEVELS.index("core-sim") else DEFAULT_SIM_SEEDS)
+        return command.run(opts, framework, tag, level, require, as_json, report_path,
+                           fetch_kwargs, seeds)
+
+    _invoke(ctx, action)
 
 
 @main.command()
@@ -323,7 +343,9 @@ def render(ctx: click.Context, framework: str, tag: str, profile: str,
 @tag_opt
 @click.option("--profile", type=click.Choice(["core", "full"]), default="core",
               show_default=True, help="core: c10 + LMS tests (minutes); full: the framework.")
-@click.option("--platform", type=platform_choice, default="linux-64", show_default=True)
+@click.option("--platform", type=platform_choice, default="linux-64", show_default=True,
+              help="Target platform of the packages; linux-ppc64le cross-compiles "
+                   "(docs/building.md).")
 @variant_opt
 @click.option("--channel", type=click.Path(file_okay=False, path_type=Path),
               default="lms-channel", show_default=True,
@@ -380,6 +402,11 @@ def test_(ctx: click.Context, framework: str, tag: str, channels: tuple[str, ...
 @click.pass_context
 def publish(ctx: click.Context, target: str, packages: tuple[Path, ...]) -> None:
     """Add packages to a private channel under a lock, re-indexing atomically.
+
+    Credentials for a server: an entry for its host in RATTLER_AUTH_FILE, or
+    LMSFORGE_CHANNEL_TOKEN (or LMSFORGE_CHANNEL_USER + LMSFORGE_CHANNEL_PASSWORD); never in the
+    URL. A server that does not answer in LMSFORGE_CHANNEL_TIMEOUT seconds (default 60) is given
+    up (docs/channel.md).
 
     Example: lmsforge publish --channel /srv/conda/lms ch/linux-64/*.conda
     """
@@ -455,10 +482,17 @@ refuse_empty_values(main)
 
 def run() -> None:
     """The `lmsforge` program (console script and `python -m lmsforge`)."""
+    native_exit.handle_signals()
+    ui.guard_stdout()
     try:
         main(standalone_mode=True)
     except SystemExit as exc:
         native_exit.finish(exc.code)
     except click.exceptions.Abort:
         native_exit.finish(EXIT_USAGE)
+    except ui.OutputClosed:  # click's own output (--help, --version) to a reader that went away
+        native_exit.finish(0)
+    except LmsforgeError as exc:  # the same for standard output that cannot be written
+        ui.error(redact(str(exc)))
+        native_exit.finish(exc.exit_code)
     native_exit.finish(0)

@@ -29,3 +29,13 @@ class CheckFailed(LmsforgeError):
     """The thing being checked failed (exit code 1)."""
 
     exit_code = EXIT_FAILED
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (``kill``, ``timeout``, a cancelled CI job, a closed terminal): raised
+    in the main thread like Ctrl-C's KeyboardInterrupt, so the same clean-up runs."""
+
+    def __init__(self, signum: int, name: str) -> None:
+        super().__init__(name)
+        self.signum = signum
+        self.name = name

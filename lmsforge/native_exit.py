@@ -1,4 +1,10 @@
-"""Ending the process once rattler's native modules are loaded, without the interpreter's teardown.
+"""Ending the process: on a signal, and once rattler's native modules are loaded without the
+interpreter's teardown.
+
+SIGTERM and SIGHUP become ``errors.Terminated`` (a KeyboardInterrupt) in the main thread, so the
+clean-up Ctrl-C runs (temporary and staging folders, the private auth file, locks) runs for them
+too; the processes lmsforge started are ended first, whatever process group they are in
+(``end_children``), so none of them is left writing into a folder that is being removed.
 
 py-rattler and py-rattler-build are Rust extensions that run tokio runtimes on threads of their
 own. Those threads can still be touching Python objects while the interpreter finalizes, which
@@ -14,10 +20,113 @@ the `atexit` handlers (temporary folders, logging, locks), flushes its streams a
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import signal
 import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+from lmsforge.errors import Terminated
 
 NATIVE_RUNTIME_MODULES = ("rattler", "rattler_build")
+
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def handle_signals() -> None:
+    """SIGTERM and SIGHUP end the command like Ctrl-C (for the program only, not for callers
+    that import lmsforge). A signal the caller made us ignore stays ignored: `nohup lmsforge
+    build …` must outlive its terminal."""
+    for signum in HANDLED_SIGNALS:
+        if signal.getsignal(signum) != signal.SIG_IGN:
+            signal.signal(signum, _on_signal)
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    for other in HANDLED_SIGNALS:  # a second signal must not interrupt the clean-up
+        if signal.getsignal(other) == _on_signal:
+            signal.signal(other, _ignore)
+    end_children(grace_s=0)
+    raise Terminated(signum, signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def default_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the process at once while a native call that holds the GIL runs
+    (a rattler-build build): a Python handler would only run once the call returns, minutes
+    later, and that is worse than ending without the clean-up (what Ctrl-C does there too)."""
+    saved = {signum: signal.getsignal(signum) for signum in HANDLED_SIGNALS
+             if signal.getsignal(signum) == _on_signal}
+    try:
+        for signum in saved:
+            signal.signal(signum, signal.SIG_DFL)
+    except ValueError:  # not the main thread: nothing was changed
+        saved = {}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """A handler that does nothing (unlike SIG_IGN, children started later do not inherit it)."""
+
+
+def _processes() -> dict[int, tuple[int, int, str]]:
+    """pid -> (parent pid, process group, state) of every process we can see."""
+    found = {}
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+        found[int(entry.name)] = (int(fields[1]), int(fields[2]), fields[0])
+    return found
+
+
+def children() -> list[int]:
+    """Live descendants of this process (zombies, already ended, are left out)."""
+    table = _processes()
+    found, parents = [], {os.getpid()}
+    while True:
+        new = [pid for pid, (ppid, _, state) in table.items()
+               if ppid in parents and pid not in found and pid not in parents]
+        if not new:
+            return [pid for pid in found if table[pid][2] not in ("Z", "X")]
+        found += new
+        parents.update(new)
+
+
+def end_children(grace_s: float = 3.0) -> None:
+    """SIGTERM every descendant (and the process group of each one that leads its own group, as
+    ninja's compilers and the test programs do); after GRACE_S, SIGKILL those still alive."""
+    own_group = os.getpgrp()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = children()
+        if not pids:
+            return
+        table = _processes()
+        for pid in pids:
+            group = table.get(pid, (0, own_group, ""))[1]
+            try:
+                if group == pid and group != own_group:
+                    os.killpg(group, sig)
+                else:
+                    os.kill(pid, sig)
+            except OSError:
+                pass  # gone meanwhile, or not ours to signal
+        if sig == signal.SIGKILL or grace_s <= 0:
+            return
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and children():
+            time.sleep(0.05)
 
 
 def exit_code(status: object) -> int:

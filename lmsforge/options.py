@@ -7,8 +7,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmsforge.cache import Cache, default_cache_dir
+from lmsforge.errors import UsageError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
+CHANNEL_TIMEOUT_ENV = "LMSFORGE_CHANNEL_TIMEOUT"
+DEFAULT_CHANNEL_TIMEOUT_S = 60.0
+
+
+def channel_timeout_s() -> float:
+    """How long a channel server may take to accept a connection or to send the next bytes of
+    an answer (``LMSFORGE_CHANNEL_TIMEOUT``, seconds) before a command gives it up."""
+    text = os.environ.get(CHANNEL_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_CHANNEL_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 86400:  # nan fails too
+        raise UsageError(f"{CHANNEL_TIMEOUT_ENV}={text!r} is not a number of seconds; set it to "
+                         f"e.g. {DEFAULT_CHANNEL_TIMEOUT_S:.0f}, or unset it")
+    return value
 
 
 def default_patches_dir() -> Path:
@@ -22,23 +41,75 @@ def default_patches_dir() -> Path:
 
 
 def default_jobs() -> int:
-    return max(1, int(os.environ.get("LMSFORGE_JOBS", os.cpu_count() or 1)))
+    """LMSFORGE_JOBS, else the number of CPUs; read where the jobs are used, so a bad value
+    breaks only the commands that compile, and the error names the variable."""
+    text = os.environ.get("LMSFORGE_JOBS", "").strip()
+    if not text:
+        return max(1, os.cpu_count() or 1)
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"LMSFORGE_JOBS={text!r} is not a number of jobs (1 or more); fix it, "
+                         "or unset it to use every CPU")
+    return int(text)
+
+
+def sim_seeds_from_env(default: int) -> int:
+    """LMSFORGE_SIM_SEEDS (1..1000), else DEFAULT; the error names the variable."""
+    text = os.environ.get("LMSFORGE_SIM_SEEDS", "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or not 1 <= int(text) <= 1000:
+        raise UsageError(f"LMSFORGE_SIM_SEEDS={text!r} is not a number of seeds from 1 to 1000; "
+                         "fix it, or unset it")
+    return int(text)
 
 
 @dataclass(frozen=True)
 class Options:
     patches_dir: Path
     cache: Cache
-    jobs: int
+    jobs_given: int | None  # --jobs; None: LMSFORGE_JOBS or the CPUs, read when used
+    patches_dir_given: bool = False  # by --patches-dir or LMSFORGE_PATCHES_DIR
 
     @classmethod
     def resolve(cls, patches_dir: Path | None, cache_dir: Path | None,
                 jobs: int | None = None) -> "Options":
-        cache = cache_dir.resolve() if cache_dir else default_cache_dir()
+        # ~ is expanded here too: LMSFORGE_CACHE_DIR='~/x' from CI YAML or systemd reaches us
+        # through click unexpanded, and would make a folder named ~ in the current one
+        cache = cache_dir.expanduser().resolve() if cache_dir else default_cache_dir()
         # Build harnesses and the tools they start find the cache through the environment.
         os.environ["LMSFORGE_CACHE_DIR"] = str(cache)
         return cls(
-            patches_dir=(patches_dir.resolve() if patches_dir else default_patches_dir()),
+            patches_dir=(patches_dir.expanduser().resolve() if patches_dir
+                         else default_patches_dir()),
             cache=Cache(cache),
-            jobs=jobs or default_jobs(),
+            jobs_given=jobs,
+            patches_dir_given=patches_dir is not None or bool(
+                os.environ.get("LMSFORGE_PATCHES_DIR")),
         )
+
+    @property
+    def jobs(self) -> int:
+        return self.jobs_given or default_jobs()
+
+    def refuse_inside_managed(self, target: Path, option: str) -> None:
+        """Refuse a work tree inside the cache (verify resets its trees, the next download sweeps
+        partial/) or inside the patches folder (the series' own files), where a user's commits
+        and files would be lost or mixed into the series."""
+        where = target.absolute().resolve()
+        for root, what in ((self.cache.root, "the cache"),
+                           (self.patches_dir, "the patches folder")):
+            root = root.resolve()
+            if where == root or root in where.parents:
+                raise UsageError(f"{option} {target} is inside {what} ({root}), whose contents "
+                                 "lmsforge resets and removes; choose a folder outside it")
+
+    def require_patches_dir(self) -> None:
+        """Refuse a patches folder that does not exist (a typo in LMSFORGE_PATCHES_DIR or
+        --patches-dir would otherwise read as "no series at all")."""
+        if self.patches_dir.is_dir():
+            return
+        if self.patches_dir_given:
+            raise UsageError(f"the patches folder {self.patches_dir} does not exist; fix "
+                             "--patches-dir or LMSFORGE_PATCHES_DIR, or leave both out")
+        raise UsageError(f"no patches folder at {self.patches_dir}; pass --patches-dir with the "
+                         "folder that holds the series")

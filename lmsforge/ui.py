@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
 import threading
 import time
@@ -12,6 +14,8 @@ from typing import Callable, Iterator
 
 from rich.console import Console
 from rich.table import Table
+
+from lmsforge.errors import EXIT_FAILED, EXIT_USAGE, LmsforgeError
 
 out = Console(highlight=False, soft_wrap=True)
 if not out.is_terminal:
@@ -90,3 +94,62 @@ def table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
 
 def error(message: str) -> None:
     err.print(f"lmsforge: error: {message}", markup=False, highlight=False)
+
+
+# --- standard output that fails ------------------------------------------------------------------
+
+
+class OutputClosed(Exception):
+    """The reader of standard output went away (``lmsforge doctor | head -1``): the normal end
+    of the output, not an error."""
+
+
+class _GuardedStdout:
+    """sys.stdout for the program: a write that fails says so in one line about standard output
+    (not about the cache), and a reader that went away ends the output quietly."""
+
+    def __init__(self, stream: object) -> None:
+        self._stream = stream
+
+    def _failed(self, exc: OSError) -> Exception:
+        if exc.errno == errno.EPIPE:
+            try:  # later writes, and the interpreter's last flush, go nowhere
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self._stream.fileno())  # type: ignore[attr-defined]
+            except (OSError, AttributeError, ValueError):
+                pass
+            return OutputClosed()
+        return LmsforgeError(f"cannot write to standard output ({exc.strerror}); free space "
+                             "where it goes, or send it elsewhere", EXIT_FAILED)
+
+    def write(self, text: str) -> int:
+        if self._stream is None:
+            raise LmsforgeError("standard output is closed; run the command with an open "
+                                "standard output (or redirect it to /dev/null)", EXIT_USAGE)
+        try:
+            return self._stream.write(text)  # type: ignore[attr-defined]
+        except UnicodeEncodeError:  # an ASCII or strict C locale: '?' for what it cannot show
+            encoding = getattr(self._stream, "encoding", None) or "ascii"
+            return self.write(text.encode(encoding, "replace").decode(encoding, "replace"))
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    def flush(self) -> None:
+        if self._stream is None:
+            return
+        try:
+            self._stream.flush()  # type: ignore[attr-defined]
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+def guard_stdout() -> None:
+    """Make sys.stdout a ``_GuardedStdout`` (the program only; tests capture output their way)."""
+    if not isinstance(sys.stdout, _GuardedStdout):
+        sys.stdout = _GuardedStdout(sys.stdout)  # type: ignore[assignment]

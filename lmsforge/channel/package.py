@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tarfile
 import zipfile
 from dataclasses import dataclass
@@ -11,6 +12,9 @@ from lmsforge.errors import UsageError
 from lmsforge.upstream.tree import sha256_of
 
 PACKAGE_SUFFIXES = (".conda", ".tar.bz2")
+# noarch, or <os>-<arch> as conda names platforms (linux-64, osx-arm64, emscripten-wasm32, zos-z):
+# a package's subdir becomes a folder name in the channel, so nothing else may pass
+SUBDIR = re.compile(r"noarch|[a-z][a-z0-9]*-[a-z0-9_]+")
 
 
 @dataclass(frozen=True)
@@ -73,5 +77,10 @@ def read_package(path: Path) -> PackageInfo:
     except Exception:
         raise UsageError(f"{path}: corrupt package file (its archive does not read back whole); "
                          "rebuild it") from None
+    subdir = index.subdir or "noarch"
+    if not SUBDIR.fullmatch(subdir):
+        raise UsageError(f"{path}: its info/index.json names subdir {subdir!r}, which is not a "
+                         "platform (noarch or <os>-<arch>, such as linux-64); the package is at "
+                         "fault: rebuild it for a real platform")
     return PackageInfo(path=path.resolve(), name=index.name.normalized, version=str(index.version),
-                       build=index.build, subdir=index.subdir or "noarch", sha256=sha256_of(path))
+                       build=index.build, subdir=subdir, sha256=sha256_of(path))

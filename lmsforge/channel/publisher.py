@@ -22,6 +22,7 @@ Every message goes through ``credentials.redact``.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import tempfile
@@ -104,10 +105,48 @@ def publish(packages: Sequence[Path], channel: str | Path, *,
     address = channel_address.parse(channel)
     if not packages:
         raise UsageError("no packages given; name the .conda files to publish")
-    infos = [read_package(Path(p)) for p in packages]
+    infos = _one_per_name([read_package(Path(p)) for p in packages])
     if address.folder is None:
         return upload.publish_to_server(infos, address)
     return publish_to_folder(infos, address.folder, lock_timeout_s=lock_timeout_s)
+
+
+def _one_per_name(infos: Sequence[PackageInfo]) -> list[PackageInfo]:
+    """INFOS with a file given twice counted once; two different files under one name (they would
+    land on one path in the channel, the second one dropped) are refused."""
+    chosen: dict[tuple[str, str], PackageInfo] = {}
+    for info in infos:
+        key = (info.subdir, info.filename)
+        first = chosen.setdefault(key, info)
+        if first.sha256 != info.sha256:
+            raise UsageError(f"two different files are named {info.filename} ({first.path} and "
+                             f"{info.path}); publish one of them, or bump the build number of "
+                             "the other")
+    return list(chosen.values())
+
+
+def _check_indexes(folder: Path) -> None:
+    """Refuse a channel whose index files do not read back as an index, before anything is
+    staged: merging into one would fail half-way, or lose what it holds."""
+    for subdir in _channel_subdirs(folder) + [folder / "noarch"]:
+        index = subdir / "repodata.json"
+        if not index.is_file():
+            continue
+        try:
+            data = json.loads(index.read_bytes().decode("utf-8"))
+            problem = "" if isinstance(data, dict) else "not a JSON object"
+            for key in ("packages", "packages.conda"):
+                if not problem and not isinstance(data.get(key, {}), dict):
+                    problem = f"its {key!r} is not a JSON object"
+        except UnicodeDecodeError:
+            problem = "not UTF-8 text"
+        except ValueError as exc:
+            problem = f"not valid JSON: {getattr(exc, 'msg', 'unreadable')} at byte " \
+                      f"{getattr(exc, 'pos', 0)}"
+        if problem:
+            raise UsageError(f"channel {folder}: {subdir.name}/repodata.json is not a valid index "
+                             f"({problem}); restore it from a backup, or replace it with {{}} "
+                             "to re-index from the package files")
 
 
 def publish_to_folder(infos: Sequence[PackageInfo], folder: Path, *,
@@ -129,7 +168,9 @@ def publish_to_folder(infos: Sequence[PackageInfo], folder: Path, *,
                          "and is not writable by this one; ask its owner to make it "
                          "group-writable (chmod g+w)") from None
     try:
+        _sweep_leftovers(folder)
         _check_channel_folder(folder)  # a publisher before us may have changed it
+        _check_indexes(folder)
         added, unchanged = _plan(infos, folder)
         staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=folder))
         try:
@@ -145,6 +186,17 @@ def publish_to_folder(infos: Sequence[PackageInfo], folder: Path, *,
     finally:
         lock.release()
     return PublishResult(str(folder), tuple(added), tuple(unchanged), time.monotonic() - start)
+
+
+def _sweep_leftovers(folder: Path) -> None:
+    """Remove what a publisher killed with SIGKILL (or a power cut) left: staging folders and
+    half-linked packages exist only while their publisher holds the lock, which we hold now."""
+    for entry in folder.glob(STAGING_PREFIX + "*"):
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+    for entry in folder.glob(f"*/{PARTIAL_PREFIX}*"):
+        if entry.is_file() and not entry.is_symlink():
+            entry.unlink(missing_ok=True)
 
 
 def _plan(infos: Sequence[PackageInfo], folder: Path) -> tuple[list[str], list[str]]:

@@ -15,7 +15,10 @@ right after ``publish`` finds them.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,11 +27,12 @@ from typing import Sequence
 from lmsforge.channel import credentials
 from lmsforge.channel.address import ANACONDA, ARTIFACTORY, PREFIX, QUETZ, S3, ChannelAddress
 from lmsforge.channel.credentials import AUTH_FILE_ENV, ENV_HOST, ENV_TOKEN, redact
+from lmsforge.channel.installer import check_answering
 from lmsforge.channel.package import PublishResult
 from lmsforge.errors import LmsforgeError, UsageError
+from lmsforge.options import channel_timeout_s
 
 INDEX_WAIT_S = 60.0
-HTTP_TIMEOUT_S = 30
 
 
 def publish_to_server(infos: Sequence, address: ChannelAddress, *,
@@ -43,7 +47,8 @@ def publish_to_server(infos: Sequence, address: ChannelAddress, *,
     names = sorted({info.name for info in infos})
     subdirs = sorted({info.subdir for info in infos} | {"noarch"})
     with credentials.auth_file_for(creds) as auth_file:
-        there = _index_records(address, names, subdirs)
+        check_answering([address])
+        there = _index_records(address, names, subdirs, has_credentials=bool(creds))
         added, unchanged = [], []
         for info in infos:
             rel = f"{info.subdir}/{info.filename}"
@@ -75,7 +80,7 @@ def _check_publishable(address: ChannelAddress) -> None:
 
 
 def _index_records(address: ChannelAddress, names: Sequence[str],
-                  subdirs: Sequence[str]) -> dict[str, str]:
+                   subdirs: Sequence[str], *, has_credentials: bool = True) -> dict[str, str]:
     """File name -> sha256 of every record of NAMES the channel's index lists now (read through
     rattler, uncached, with the credentials in ``RATTLER_AUTH_FILE``)."""
     import rattler
@@ -91,13 +96,18 @@ def _index_records(address: ChannelAddress, names: Sequence[str],
         text = redact(" ".join(str(exc).split()))
         if "could not find subdir 'noarch'" in text and address.server != QUETZ:
             return {}  # a new, empty repository
-        raise _index_error(text, address) from None
+        raise _index_error(text, address, has_credentials) from None
     return {record.file_name: record.sha256.hex() if record.sha256 else ""
             for records in result for record in records}
 
 
-def _index_error(text: str, address: ChannelAddress) -> LmsforgeError:
+def _index_error(text: str, address: ChannelAddress,
+                 has_credentials: bool = True) -> LmsforgeError:
     """One line for a failure to read ADDRESS's index (TEXT is rattler's message, redacted)."""
+    if _refused(text) and not has_credentials:
+        return UsageError(f"channel {address.shown} needs credentials and lmsforge has none for "
+                          f"{address.host}; add an entry to {AUTH_FILE_ENV}, or set {ENV_TOKEN} "
+                          "(docs/channel.md)")
     if _refused(text):
         return UsageError(f"channel {address.shown} refused the credentials; check the entry for "
                           f"{address.host} in {AUTH_FILE_ENV}, or {ENV_TOKEN} with "
@@ -121,29 +131,52 @@ def _unreachable(text: str) -> bool:
                           r"unreachable|refused", text))
 
 
+# py-rattler-build's uploaders hold the GIL until the upload ends, so in our process neither a
+# signal handler nor a thread could run meanwhile: SIGTERM would wait for the upload, or end the
+# process without removing the private auth file. They run in a child process instead, which
+# the signal handling ends (native_exit.end_children) before the auth file is removed.
+_UPLOAD_CHILD = """
+import json, os, sys
+call = json.loads(sys.argv[1])
+try:
+    import rattler_build
+    getattr(rattler_build, call["function"])(*call["args"], **call["kwargs"])
+except BaseException as exc:
+    sys.stderr.write("\\n" + call["marker"] + (" ".join(str(exc).split()) or repr(exc)) + "\\n")
+    sys.stderr.flush()
+    os._exit(1)
+os._exit(0)  # no interpreter teardown with rattler's runtime loaded (native_exit)
+"""
+_ERROR_MARKER = "lmsforge-upload-error: "
+
+
 def _upload(address: ChannelAddress, files: list[str], auth_file: str,
             creds: dict[str, credentials.Credential]) -> None:
-    import rattler_build as rb
-
     base, channel = address.upload_base, address.upload_channel
-    try:
-        if address.server == QUETZ:
-            rb.upload_package_to_quetz(files, base, channel, auth_file=auth_file)
-        elif address.server == ARTIFACTORY:
-            rb.upload_package_to_artifactory(files, base, channel, auth_file=auth_file)
-        elif address.server == PREFIX:
-            rb.upload_package_to_prefix(files, base, channel, auth_file=auth_file)
-        elif address.server == ANACONDA:
-            owner, _, label = channel.partition("/")
-            rb.upload_package_to_anaconda(files, owner, channel=[label or "main"],
-                                          auth_file=auth_file)
-        else:
-            raise UsageError(f"channel {address.shown}: cannot publish to a {address.server} "
-                             "channel")
-    except LmsforgeError:
-        raise
-    except Exception as exc:
-        raise _upload_error(" ".join(str(exc).split()), address, creds) from None
+    if address.server == QUETZ:
+        function, args, kwargs = "upload_package_to_quetz", [files, base, channel], {}
+    elif address.server == ARTIFACTORY:
+        function, args, kwargs = "upload_package_to_artifactory", [files, base, channel], {}
+    elif address.server == PREFIX:
+        function, args, kwargs = "upload_package_to_prefix", [files, base, channel], {}
+    elif address.server == ANACONDA:
+        owner, _, label = channel.partition("/")
+        function, args, kwargs = "upload_package_to_anaconda", [files, owner], {
+            "channel": [label or "main"]}
+    else:
+        raise UsageError(f"channel {address.shown}: cannot publish to a {address.server} "
+                         "channel")
+    call = {"function": function, "args": args, "kwargs": {**kwargs, "auth_file": auth_file},
+            "marker": _ERROR_MARKER}
+    proc = subprocess.run([sys.executable, "-c", _UPLOAD_CHILD, json.dumps(call)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          errors="replace")
+    if proc.returncode != 0:
+        said = [line[len(_ERROR_MARKER):] for line in proc.stderr.splitlines()
+                if line.startswith(_ERROR_MARKER)]
+        text = said[-1] if said else " ".join(proc.stderr.split()[-40:]) or \
+            f"the uploader ended with exit {proc.returncode}"
+        raise _upload_error(text, address, creds)
 
 
 def _upload_error(text: str, address: ChannelAddress,
@@ -176,7 +209,7 @@ def _quetz_key_refused(address: ChannelAddress,
     request = urllib.request.Request(f"{address.upload_base}api/api-keys",
                                      headers={"X-API-Key": credentials.secret_of(credential)})
     try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S):
+        with urllib.request.urlopen(request, timeout=channel_timeout_s()):
             return False
     except urllib.error.HTTPError as exc:
         return exc.code == 401

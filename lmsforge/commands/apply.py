@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from lmsforge import ui
@@ -24,6 +25,10 @@ def run(opts: Options, framework: str, tag: str, into: Path | None, source: str,
         folder = catalogue.series_folder(opts.patches_dir, sources, tag)
         patches = series_mod.load(folder).paths()
     target = (into or Path.cwd() / f"lms-{framework}-{tag}").absolute()
+    opts.refuse_inside_managed(target, "--into")
+    if target.is_symlink() and not target.exists():
+        raise UsageError(f"--into {target} is a symlink to a missing folder "
+                         f"({os.readlink(target)}); create that folder, or pass another --into")
     with worktree.target_lock(target):
         worktree.check_target(target, framework, tag)  # refuse before any download
         with ui.step(f"fetching {framework} {tag}"):

@@ -42,6 +42,8 @@ def _sources_json(git_url: str, spec: TagSource) -> list[dict[str, object]]:
 
 
 def run(opts: Options, as_json: bool) -> int:
+    if opts.patches_dir_given:  # a typo there must not read as "no series at all"
+        opts.require_patches_dir()
     rows = collect(opts)
     if as_json:
         ui.print_json({"patches_dir": str(opts.patches_dir), "series": rows})

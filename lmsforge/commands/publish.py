@@ -6,11 +6,12 @@ from pathlib import Path
 
 from lmsforge import ui
 from lmsforge.channel import address as channel_address, publisher
-from lmsforge.options import Options
+from lmsforge.options import Options, channel_timeout_s
 
 
 def run(opts: Options, target: str, packages: list[Path]) -> int:
     channel_address.parse(target)  # a malformed target fails before any progress line
+    channel_timeout_s()  # and so does a malformed LMSFORGE_CHANNEL_TIMEOUT
     with ui.step(f"publishing {len(packages)} package(s)"):
         result = publisher.publish(packages, target)
     for name in result.added:

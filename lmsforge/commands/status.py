@@ -93,6 +93,7 @@ def run(opts: Options, tree_path: Path | None, as_json: bool) -> int:
 
 def run_series(opts: Options, framework: str | None, as_json: bool) -> int:
     """`status --series`: which patches and tests each series of a framework carries."""
+    opts.require_patches_dir()
     names = [framework] if framework else parity.frameworks(opts.patches_dir)
     if framework and not series_mod.available_tags(opts.patches_dir, framework):
         raise UsageError(f"no series of `{framework}` in {opts.patches_dir}; run `lmsforge list`")

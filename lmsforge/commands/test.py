@@ -16,7 +16,7 @@ from lmsforge import ui
 from lmsforge.channel import installer
 from lmsforge.channel.credentials import redact
 from lmsforge.errors import UsageError
-from lmsforge.options import Options
+from lmsforge.options import Options, channel_timeout_s
 from lmsforge.packaging import rattler as build
 from lmsforge.packaging.identity import series_identity
 
@@ -26,12 +26,13 @@ def run(opts: Options, framework: str, tag: str, channels: list[str], prefix: Pa
     if framework != "pytorch":
         raise UsageError(f"`lmsforge test` runs the PyTorch core package's tests; {framework} "
                          "has no installable test package yet")
+    channel_timeout_s()  # a malformed LMSFORGE_CHANNEL_TIMEOUT fails before any work
     if prefix is not None and prefix.exists() and any(prefix.iterdir()):
         raise UsageError(f"{prefix} is not empty; tests install into a fresh prefix")
     # refuses a tag without a series here; the hash needs no git (test runs on plain hosts)
     series = series_identity(opts, framework, tag, check_patch_ids=False)
     version = build.core_package_version(tag)
-    _check_channels_have(tag, version, channels, gpu, opts.cache.root / "rattler")
+    _check_channels_have(tag, version, channels, gpu, opts.cache.root / "rattler", platform)
     with tempfile.TemporaryDirectory(prefix="lmsforge-test-") as tmp:
         target = prefix or Path(tmp) / "prefix"
         with ui.step(f"installing {build.CORE_PACKAGE} {version} for {platform} from "
@@ -58,7 +59,7 @@ def run(opts: Options, framework: str, tag: str, channels: list[str], prefix: Pa
 
 
 def _check_channels_have(tag: str, version: str, channels: list[str], gpu: bool | None,
-                         cache_dir: Path) -> None:
+                         cache_dir: Path, platform: str) -> None:
     """Refuse, before installing anything, when no channel has the tag's package of the kind the
     tests need (a CUDA build for the GPU tests, a CPU build otherwise)."""
     import rattler
@@ -67,9 +68,10 @@ def _check_channels_have(tag: str, version: str, channels: list[str], gpu: bool 
 
     if gpu is None:
         gpu = have_cuda_device()[0]
-    records = installer.available(build.CORE_PACKAGE, channels, str(rattler.Subdir.current()),
-                                cache_dir=cache_dir)
+    records = installer.available(build.CORE_PACKAGE, channels, platform, cache_dir=cache_dir)
     shown = redact(", ".join(channels))
+    if platform != str(rattler.Subdir.current()):
+        shown += f" for {platform}"
     versions = sorted({v for v, _ in records})
     if version not in versions:
         has = f"they have {', '.join(versions)}" if versions else "they have none"

@@ -1,5 +1,7 @@
 """Hostile but fair input, one table row per case of
-``shared/evidence/hostile-inputs-and-ibm-api.md`` part A (row numbers kept as ids).
+``shared/evidence/hostile-inputs-and-ibm-api.md`` part A (row numbers kept as ids), and of
+``shared/evidence/hostile-inputs-2026-11-26.md`` (its case ids: K channel, S signals, P paths,
+E environment, D disks, O output; F27 for its finding 27, which has no case id).
 
 A row is a `Case`: what to set up (and the command line it returns), the exit code, a fragment
 of the one `lmsforge: error:` line (of the output when the code is 0), what must be left exactly
@@ -12,15 +14,18 @@ with their own `run`. Other tracks add their rows to `CASES` (build, channel, po
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -74,11 +79,13 @@ class Case:
     how: str = "in-process"  # or "process", "no-caps", "tmpfs:<MB>"
     run: Callable[[Env], None] | None = None  # a case of its own (races, kills)
     slow: bool = False  # downloads (a real apt) or builds
+    environ: dict[str, str] | None = None  # extra environment variables for the command
 
 
-def run_cli(env: Env, args: Sequence[str], how: str) -> Outcome:
+def run_cli(env: Env, args: Sequence[str], how: str,
+            environ: dict[str, str] | None = None) -> Outcome:
     if how == "in-process":
-        result = lmsforge(*env.base_args(), *args)
+        result = lmsforge(*env.base_args(), *args, env=environ)
         return Outcome(result.exit_code, result.stdout, result.stderr)
     command = [sys.executable, "-m", "lmsforge", *env.base_args(), *args]
     if how == "no-caps":
@@ -91,7 +98,8 @@ def run_cli(env: Env, args: Sequence[str], how: str) -> Outcome:
                   f"echo \"LEFT: $(ls -A {env.cache}/partial 2>/dev/null | grep -v '.lock$')\"; "
                   "exit $code")
         command = ["unshare", "-m", "sh", "-c", script]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **(environ or {})})
     return Outcome(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -194,14 +202,15 @@ def read_only_cache(env: Env) -> None:
             path.chmod(path.stat().st_mode & ~0o222)
 
 
-def big_archive(env: Env) -> Path:
-    """The toy tree plus 3 MB that does not compress, declared as the v1.0.0 archive."""
+def big_archive(env: Env, megabytes: int = 3) -> Path:
+    """The toy tree plus MEGABYTES that do not compress, declared as the v1.0.0 archive."""
     top = env.root / "big" / "toy-1.0.0"
     top.mkdir(parents=True)
     git(env.upstream, "archive", "--format=tar", "-o", str(env.root / "big" / "t.tar"), "v1.0.0")
     with tarfile.open(env.root / "big" / "t.tar") as raw:
         raw.extractall(top, filter="data")
-    (top / "blob.bin").write_bytes(os.urandom(3 << 20))
+    for part in range(megabytes):  # many files: tar and git take a while over them
+        (top / f"blob-{part}.bin").write_bytes(os.urandom(1 << 20))
     archive = env.root / "big" / "toy_1.0.0.orig.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(top, arcname="toy-1.0.0")
@@ -236,6 +245,128 @@ def nothing_left_in_partial(env: Env) -> None:
 
 def cache_has_no_trees(env: Env) -> None:
     assert not (env.cache / "trees").exists() and not (env.cache / "archives").exists()
+
+
+# --- channel set-ups ---------------------------------------------------------------------------
+
+
+def _tar_zst(files: dict[str, bytes]) -> bytes:
+    import zstandard
+
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return zstandard.ZstdCompressor(level=1).compress(raw.getvalue())
+
+
+def make_conda(folder: Path, *, name: str = "hello", version: str = "1.0", build: str = "h0_0",
+               subdir: str = "linux-64", payload: bytes = b"hello\n") -> Path:
+    """A `.conda` file made by hand, with an info/index.json we control (what a hostile or
+    careless package producer hands to `publish`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    index = {"name": name, "version": version, "build": build, "build_number": 0,
+             "subdir": subdir, "depends": [], "license": "MIT"}
+    paths = {"paths": [{"_path": "share/hello.txt", "path_type": "hardlink",
+                        "sha256": hashlib.sha256(payload).hexdigest(),
+                        "size_in_bytes": len(payload)}], "paths_version": 1}
+    stem = f"{name}-{version}-{build}"
+    path = folder / f"{stem}.conda"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("metadata.json", json.dumps({"conda_pkg_format_version": 2}))
+        archive.writestr(f"pkg-{stem}.tar.zst", _tar_zst({"share/hello.txt": payload}))
+        archive.writestr(f"info-{stem}.tar.zst", _tar_zst({
+            "info/index.json": json.dumps(index).encode(),
+            "info/about.json": json.dumps({"license": "MIT"}).encode(),
+            "info/paths.json": json.dumps(paths).encode()}))
+    return path
+
+
+def channel(env: Env) -> Path:
+    """A folder channel under the scratch folder that already holds one package."""
+    folder = env.root / "ch" / "inner"
+    if not folder.is_dir():
+        good = make_conda(env.root / "good", name="good")
+        result = lmsforge(*env.base_args(), "publish", "--channel", str(folder), str(good))
+        assert result.exit_code == 0, result.output
+    return folder
+
+
+def publish_package(subdir: str, *, to: Callable[[Env], str] = lambda env: str(channel(env)),
+                    **fields: str) -> Setup:
+    def setup(env: Env) -> Sequence[str]:
+        target = to(env)
+        return ["publish", "--channel", target,
+                str(make_conda(env.root / "pkgs", subdir=subdir, **fields))]
+    return setup
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def channel_with_core(env: Env, subdir: str) -> Path:
+    """A folder channel holding a CPU pytorch-lms-core 2.6.0 for SUBDIR only (made by hand)."""
+    folder = env.root / f"core-{subdir}"
+    package = make_conda(env.root / "core", name="pytorch-lms-core", version="2.6.0",
+                         build="cpu_h0_1000", subdir=subdir)
+    result = lmsforge(*env.base_args(), "publish", "--channel", str(folder), str(package))
+    assert result.exit_code == 0, result.output
+    return folder
+
+
+def channel_unchanged(env: Env) -> Iterable[Path]:
+    return [channel(env)]
+
+
+class SilentServer:
+    """A server on 127.0.0.1 that takes connections and never answers: its listening socket's
+    backlog completes every TCP handshake and nothing reads what is sent. Closed on exit."""
+
+    def __enter__(self) -> "SilentServer":
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+
+def silent_channel_fails_in_time(command: Callable[[Env, str], list[str]],
+                                 scheme: str = "http") -> Callable[[Env], None]:
+    """COMMAND against a channel that never answers, with a 2 s channel timeout: one line that
+    names the channel, exit 1, well before a minute."""
+    def run(env: Env) -> None:
+        with SilentServer() as server:
+            url = f"{scheme}://127.0.0.1:{server.port}/lms"
+            start = time.monotonic()
+            proc = subprocess.run([sys.executable, "-m", "lmsforge", *command(env, url)],
+                                  capture_output=True, text=True, timeout=90,
+                                  env={**os.environ, "LMSFORGE_CHANNEL_TIMEOUT": "2"})
+            took = time.monotonic() - start
+        outcome = Outcome(proc.returncode, proc.stdout, proc.stderr)
+        shown = f"exit {proc.returncode} after {took:.0f} s\nstderr: {proc.stderr}"
+        assert proc.returncode == 1 and len(error_lines(outcome)) == 1, shown
+        assert f"127.0.0.1:{server.port}" in error_lines(outcome)[0], shown
+        assert "did not answer in 2 s" in error_lines(outcome)[0], shown
+        assert took < 45, shown
+    return run
+
+
+def command_test_against(env: Env, url: str) -> list[str]:
+    return ["--patches-dir", str(REPO / "patches"), "--cache-dir", str(env.cache), "test",
+            "-f", "pytorch", "-t", "v2.6.0", "--channel", url]
+
+
+def publish_to_silent_channel(env: Env, url: str) -> list[str]:
+    return [*env.base_args(), "publish", "--channel", url,
+            str(make_conda(env.root / "pkgs"))]
 
 
 # --- cases that need several processes --------------------------------------------------------
@@ -355,6 +486,274 @@ def apt_processes(env: Env) -> list[int]:
                 b" ".join(words):
             found.append(int(proc.name))
     return found
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Live descendants of PID: pid -> start time (so a reused pid is not mistaken for one)."""
+    table = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                stat = (proc / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            table[int(proc.name)] = (int(fields[1]), fields[0], fields[19])
+    found: dict[int, str] = {}
+    parents = {pid}
+    while True:
+        new = {p for p, (ppid, state, _) in table.items()
+               if ppid in parents and p not in parents and state not in "ZX"}
+        if not new:
+            return found
+        found.update({p: table[p][2] for p in new})
+        parents |= new
+
+
+def still_running(procs: dict[int, str]) -> list[int]:
+    alive = []
+    for pid, started in procs.items():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[19] == started and fields[0] not in "ZX":
+            alive.append(pid)
+    return alive
+
+
+def signal_when(proc: subprocess.Popen, ready: Callable[[], bool], signum: int,
+                timeout: float = 120) -> dict[int, str]:
+    """Send SIGNUM to PROC once READY() holds; returns the processes it had started then."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None and not ready():
+        time.sleep(0.002)
+    assert proc.poll() is None, f"the command ended before it could be signalled: " \
+                                f"{proc.communicate()}"
+    children = descendants(proc.pid)
+    proc.send_signal(signum)
+    return children
+
+
+def ended_cleanly(proc: subprocess.Popen, signum: int, children: dict[int, str]) -> str:
+    """PROC ended with 128+SIGNUM, one error line naming the signal, and no process it started
+    outlives it, within a minute; returns the error line."""
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"still running a minute after the signal: {proc.communicate()}")
+    shown = f"exit {proc.returncode}\nstdout: {out}\nstderr: {err}"
+    assert proc.returncode == 128 + signum, shown
+    errors = error_lines(Outcome(proc.returncode, out, err))
+    assert len(errors) == 1 and signal.Signals(signum).name in errors[0], shown
+    assert "Traceback" not in err, shown
+    deadline = time.monotonic() + 5  # SIGKILLed children may take a moment to be reaped
+    while still_running(children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert still_running(children) == [], f"orphaned: {still_running(children)}\n{shown}"
+    return errors[0]
+
+
+def terminated_import(signum: int) -> Callable[[Env], None]:
+    """SIGTERM/SIGHUP while `fetch` unpacks and imports an archive: its tar and git end with it,
+    and its work folder is removed (S02)."""
+    def run(env: Env) -> None:
+        archive = big_archive(env, megabytes=40)
+        proc = lmsforge_process(env, "fetch", "-f", "toy", "-t", "v1.0.0", "--archive",
+                                str(archive))
+        partial = env.cache / "partial"
+        children = signal_when(proc, lambda: partial.is_dir() and any(
+            p.name.startswith("import-") and p.is_dir() for p in partial.iterdir())
+            and descendants(proc.pid) != {}, signum)
+        ended_cleanly(proc, signum, children)
+        nothing_left_in_partial(env)
+    return run
+
+
+def terminated_folder_publish(env: Env) -> None:
+    """SIGTERM while a large package is staged into a folder channel: no staging folder is left
+    in the channel and what was there is intact (S09)."""
+    chan = channel(env)
+    before = {k: v for k, v in snapshot(chan).items() if k.endswith(".conda")}
+    big = make_conda(env.root / "big", name="big", payload=os.urandom(120 << 20))
+    proc = lmsforge_process(env, "publish", "--channel", str(chan), str(big))
+    children = signal_when(proc, lambda: any(chan.glob(".lmsforge-staging-*")), signal.SIGTERM)
+    ended_cleanly(proc, signal.SIGTERM, children)
+    assert sorted(p.name for p in chan.iterdir() if p.name.startswith(".lmsforge-")) == \
+        [".lmsforge-publish.lock"]
+    after = snapshot(chan)
+    assert all(after.get(name) == data for name, data in before.items())
+    for index in chan.glob("*/repodata.json"):
+        json.loads(index.read_text())
+
+
+def terminated_server_publish(signum: int, command: Callable[[Env, str], list[str]] = (
+        publish_to_silent_channel)) -> Callable[[Env], None]:
+    """SIGTERM/SIGHUP while publish (or test) waits on a server with a token: the private auth
+    file that holds the token is removed (S11, S10)."""
+    def run(env: Env) -> None:
+        tmp = env.root / "tmp"
+        tmp.mkdir()
+        with SilentServer() as server:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "lmsforge",
+                 *command(env, f"http://127.0.0.1:{server.port}/lms")],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env={**os.environ, "TMPDIR": str(tmp), "LMSFORGE_CHANNEL_TIMEOUT": "120",
+                     "LMSFORGE_CHANNEL_TOKEN": "tok-3e8a1f0c99",
+                     "LMSFORGE_CHANNEL_HOST": "127.0.0.1"})
+            children = signal_when(proc, lambda: any(tmp.glob("lmsforge-auth-*/auth.json")),
+                                   signum)
+            line = ended_cleanly(proc, signum, children)
+        assert "tok-3e8a1f0c99" not in line
+        assert list(tmp.glob("lmsforge-auth-*")) == [], "the auth file holding the token was left"
+    return run
+
+
+def tilde_in_environment(env: Env) -> None:
+    """LMSFORGE_CACHE_DIR and LMSFORGE_PATCHES_DIR as CI YAML and systemd pass them, with a
+    literal ~: the home folder, not a folder named ~ in the current one (E11)."""
+    home = env.root / "home"
+    shutil.copytree(env.patches, home / "my-patches")
+    proc = subprocess.run([sys.executable, "-m", "lmsforge", "fetch", "-f", "toy", "-t", "v1.0.0"],
+                          capture_output=True, text=True, timeout=300, cwd=env.root,
+                          env={**os.environ, "HOME": str(home),
+                               "LMSFORGE_CACHE_DIR": "~/tilde-cache",
+                               "LMSFORGE_PATCHES_DIR": "~/my-patches"})
+    assert proc.returncode == 0, proc.stderr
+    assert not (env.root / "~").exists(), "a folder named ~ was made in the current folder"
+    assert (home / "tilde-cache" / "archives").is_dir()
+
+
+def stdout_that_fails(how: str, code: int, says: str | None,
+                      args: Callable[[Env], list[str]]) -> Callable[[Env], None]:
+    """A command whose standard output is a full device, a reader that went away, or closed
+    (D07, O05, O06): one line about standard output (or, for a reader that went away, none),
+    never an internal error or a message about the cache."""
+    def run(env: Env) -> None:
+        command = [sys.executable, "-m", "lmsforge", *env.base_args(), *args(env)]
+        if how == "full":
+            with open("/dev/full", "w") as full:
+                proc = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True,
+                                      timeout=300)
+        elif how == "gone":
+            reader = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True)
+            reader.stdout.close()  # as `| head -0` does before the command writes
+            proc = subprocess.CompletedProcess(command, reader.wait(timeout=300), "",
+                                               reader.stderr.read())
+            reader.stderr.close()
+        else:  # closed
+            proc = subprocess.run(command, stderr=subprocess.PIPE, text=True, timeout=300,
+                                  preexec_fn=lambda: os.close(1))
+        shown = f"exit {proc.returncode}\nstderr: {proc.stderr}"
+        assert proc.returncode == code, shown
+        assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, shown
+        errors = error_lines(Outcome(proc.returncode, "", proc.stderr))
+        if says is None:
+            assert errors == [], shown
+        else:
+            assert len(errors) == 1 and says in errors[0], shown
+    return run
+
+
+def no_credentials_for_a_private_channel(command: Callable[[Env, str], list[str]]
+                                         ) -> Callable[[Env], None]:
+    """COMMAND against a channel that answers 401, with no credentials set at all: the line says
+    none are set, not that they were refused (K19)."""
+    def run(env: Env) -> None:
+        from channel_server import ChannelServer
+
+        environ = {k: v for k, v in os.environ.items()
+                   if k not in ("RATTLER_AUTH_FILE", "LMSFORGE_CHANNEL_TOKEN",
+                                "LMSFORGE_CHANNEL_USER", "LMSFORGE_CHANNEL_PASSWORD",
+                                "LMSFORGE_CHANNEL_HOST")}
+        with ChannelServer(channel(env), token="tok-9d1c2e7f44") as server:
+            proc = subprocess.run([sys.executable, "-m", "lmsforge", *command(env, server.url)],
+                                  capture_output=True, text=True, timeout=300, env=environ)
+        shown = f"exit {proc.returncode}\nstderr: {proc.stderr}"
+        errors = error_lines(Outcome(proc.returncode, proc.stdout, proc.stderr))
+        assert proc.returncode == 2 and len(errors) == 1, shown
+        assert "needs credentials and lmsforge has none for 127.0.0.1" in errors[0], shown
+    return run
+
+
+class StallingUploadServer:
+    """A channel on 127.0.0.1 that serves FOLDER's index files and takes an upload (PUT) but never
+    answers it; `put_seen` is set once the upload arrived. Stopped on exit."""
+
+    def __init__(self, folder: Path) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.put_seen, release = threading.Event(), threading.Event()
+        self.release = release
+        put_seen = self.put_seen
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                path = folder / self.path.split("?")[0].removeprefix("/lms/")
+                body = path.read_bytes() if path.is_file() else None
+                self.send_response(200 if body is not None else 404)
+                self.send_header("Content-Length", str(len(body or b"")))
+                self.end_headers()
+                self.wfile.write(body or b"")
+
+            def do_PUT(self) -> None:
+                put_seen.set()
+                release.wait(120)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/lms"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "StallingUploadServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def nohup_outlives_its_terminal(env: Env) -> None:
+    """Under nohup (SIGHUP ignored), a hang-up does not end the command (S12)."""
+    tmp = env.root / "tmp"
+    tmp.mkdir()
+    with SilentServer() as server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lmsforge",
+             *publish_to_silent_channel(env, f"http://127.0.0.1:{server.port}/lms")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+            env={**os.environ, "TMPDIR": str(tmp), "LMSFORGE_CHANNEL_TIMEOUT": "4",
+                 "LMSFORGE_CHANNEL_TOKEN": "tok-3e8a1f0c99"})
+        signal_when(proc, lambda: any(tmp.glob("lmsforge-auth-*/auth.json")), signal.SIGHUP)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "did not answer in 4 s" in err, (proc.returncode, err)
+
+
+def terminated_upload(env: Env) -> None:
+    """SIGTERM while the upload to a server waits for its answer: the uploader process ends with
+    lmsforge, and the private auth file holding the token is removed (S11c)."""
+    tmp = env.root / "tmp"
+    tmp.mkdir()
+    with StallingUploadServer(channel(env)) as server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lmsforge", *env.base_args(), "publish", "--channel",
+             server.url, str(make_conda(env.root / "pkgs"))],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "TMPDIR": str(tmp), "LMSFORGE_CHANNEL_TOKEN": "tok-3e8a1f0c99"})
+        children = signal_when(proc, server.put_seen.is_set, signal.SIGTERM)
+        ended_cleanly(proc, signal.SIGTERM, children)
+    assert list(tmp.glob("lmsforge-auth-*")) == [], "the auth file holding the token was left"
 
 
 def two_fetches_of_different_tags(env: Env) -> None:
@@ -558,6 +957,112 @@ CASES: list[Case] = [
                                   str(env.tree)]), 2,
          "has uncommitted changes (1 changed file, 1 untracked file)",
          unchanged=lambda env: [env.series]),
+    # K07-K09: a package's own subdir must be a platform name, not a path (finding 1)
+    Case("K07", publish_package("../../escaped"), 2,
+         "subdir '../../escaped', which is not a platform", unchanged=channel_unchanged,
+         check=lambda env: (absent("escaped")(env), absent("ch", "escaped")(env))),
+    Case("K07b", publish_package("linux 64"), 2, "subdir 'linux 64', which is not a platform",
+         unchanged=channel_unchanged, check=absent("ch", "inner", "linux 64")),
+    Case("K07c", publish_package("/tmp"), 2, "subdir '/tmp', which is not a platform",
+         unchanged=channel_unchanged),
+    Case("K09", publish_package("../../escaped",
+                                to=lambda env: f"http://127.0.0.1:{free_port()}/lms"), 2,
+         "hello-1.0-h0_0.conda: its info/index.json names subdir '../../escaped'"),
+    # K16-K17: a channel that never answers is given up after LMSFORGE_CHANNEL_TIMEOUT (finding 2)
+    Case("K16", lambda env: [], 0, "", run=silent_channel_fails_in_time(command_test_against)),
+    Case("K17", lambda env: [], 0, "", run=silent_channel_fails_in_time(publish_to_silent_channel)),
+    Case("K17b", lambda env: [], 0, "", run=silent_channel_fails_in_time(
+        publish_to_silent_channel, scheme="quetz+http")),
+    Case("K17c", lambda env: ["publish", "--channel", "http://127.0.0.1:1/lms",
+                              str(make_conda(env.root / "pkgs"))], 2,
+         "LMSFORGE_CHANNEL_TIMEOUT='abc' is not a number of seconds",
+         environ={"LMSFORGE_CHANNEL_TIMEOUT": "abc"}),
+    # S02, S09, S11: SIGTERM and SIGHUP clean up like Ctrl-C (finding 3)
+    Case("S02", lambda env: [], 0, "", run=terminated_import(signal.SIGTERM)),
+    Case("S02b", lambda env: [], 0, "", run=terminated_import(signal.SIGHUP)),
+    Case("S09", lambda env: [], 0, "", run=terminated_folder_publish),
+    Case("S11", lambda env: [], 0, "", run=terminated_server_publish(signal.SIGTERM)),
+    Case("S11b", lambda env: [], 0, "", run=terminated_server_publish(signal.SIGHUP)),
+    Case("S11c", lambda env: [], 0, "", run=terminated_upload),
+    Case("S12", lambda env: [], 0, "", run=nohup_outlives_its_terminal),
+    Case("S10", lambda env: [], 0, "", run=terminated_server_publish(signal.SIGTERM,
+                                                                      command_test_against)),
+    Case("S09b", then(lambda env: (channel(env) / ".lmsforge-staging-killed" / "linux-64").mkdir(
+        parents=True), publish_package("linux-64")), 0, "1 added",
+        check=absent("ch", "inner", ".lmsforge-staging-killed")),
+    # P08-P11: --into inside the cache or the series folder would be reset or deleted (finding 5)
+    Case("P08", apply_into("cache-under-test", "partial", "mine"), 2, "is inside the cache",
+         check=absent("cache-under-test", "partial", "mine")),
+    Case("P09", then(fetched, apply_into("cache-under-test", "trees", "toy", "v1.0.0")), 2,
+         "is inside the cache"),
+    Case("P11", lambda env: ["apply", "-f", "toy", "-t", "v1.0.0", "--into",
+                             str(env.series / "tree")], 2, "is inside the patches folder",
+         unchanged=lambda env: [env.patches]),
+    # K11-K12: one file name, two files (finding 6)
+    Case("K11", then(lambda env: (make_conda(env.root / "c", version="3.0"),
+                                  make_conda(env.root / "d", version="3.0", payload=b"other\n")),
+                     lambda env: ["publish", "--channel", str(channel(env)),
+                                  str(env.root / "c" / "hello-3.0-h0_0.conda"),
+                                  str(env.root / "d" / "hello-3.0-h0_0.conda")]), 2,
+         "two different files are named hello-3.0-h0_0.conda", unchanged=channel_unchanged),
+    Case("K12", lambda env: ["publish", "--channel", str(channel(env)),
+                             str(make_conda(env.root / "c")), str(env.root / "c" /
+                                                                   "hello-1.0-h0_0.conda")], 0,
+         "1 added, 0 unchanged"),
+    # K01-K03: a damaged index in the channel (finding 7)
+    *[Case(row, then(lambda env, text=text: (channel(env) / "linux-64" / "repodata.json")
+                     .write_bytes(text), publish_package("linux-64")), 2,
+           "linux-64/repodata.json is not a valid index", unchanged=channel_unchanged)
+      for row, text in (("K01", b'{"packages": {\n'), ("K02", b"B\x8c\xa1\x00\xff" * 200),
+                        ("K03", b"[1,2]"))],
+    # K23: test --platform looks for that platform's package, not the host's (finding 8)
+    Case("K23", lambda env: ["--patches-dir", str(REPO / "patches"), "test", "-f", "pytorch",
+                             "-t", "v2.6.0", "--platform", "linux-ppc64le", "--channel",
+                             str(channel_with_core(env, "linux-64"))], 2,
+         "no pytorch-lms-core for v2.6.0 (version 2.6.0) in"),
+    # E11: ~ in the environment's folders (finding 9)
+    Case("E11", lambda env: [], 0, "", run=tilde_in_environment),
+    # D07, O05, O06: standard output that fails (findings 13, 20)
+    Case("D07", lambda env: [], 0, "", run=stdout_that_fails(
+        "full", 1, "cannot write to standard output (No space left on device)",
+        lambda env: ["list"])),
+    Case("D07b", lambda env: [], 0, "", run=stdout_that_fails(
+        "full", 1, "cannot write to standard output", lambda env: ["list", "--json"])),
+    Case("D07c", lambda env: [], 0, "", run=stdout_that_fails(
+        "full", 1, "cannot write to standard output", lambda env: ["--version"])),
+    Case("O05", lambda env: [], 0, "", run=stdout_that_fails(
+        "gone", 0, None, lambda env: ["status", "--tree", str(env.tree)])),
+    Case("O06", lambda env: [], 0, "", run=stdout_that_fails(
+        "closed", 2, "standard output is closed", lambda env: ["list", "--json"])),
+    # P04: --into a dangling symlink (finding 23)
+    Case("P04", then(lambda env: (env.root / "into-dangling").symlink_to(env.root / "missing"),
+                     apply_into("into-dangling")), 2, "is a symlink to a missing folder",
+         check=absent("missing")),
+    # E06-E07: garbage in LMSFORGE_SIM_SEEDS / LMSFORGE_JOBS (finding 18): named, and only
+    # where used
+    Case("E06", verify(), 0, "apply exactly and round-trip", environ={"LMSFORGE_SIM_SEEDS": "abc"}),
+    Case("E06b", verify("--level", "core-sim"), 2,
+         "LMSFORGE_SIM_SEEDS='abc' is not a number of seeds", environ={"LMSFORGE_SIM_SEEDS": "abc"},
+         check=cache_has_no_trees),
+    Case("E07", lambda env: ["list"], 0, "toy", environ={"LMSFORGE_JOBS": "abc"}),
+    # F27 (help texts): publish says where credentials go, build --platform says what it is
+    Case("F27", lambda env: ["publish", "--help"], 0, "LMSFORGE_CHANNEL_TOKEN"),
+    Case("F27b", lambda env: ["build", "--help"], 0, "Target platform of the packages"),
+    # P06: a name longer than the file system takes (finding 16)
+    Case("P06", apply_into("e" * 300), 2, "the name is too long for the file system"),
+    # E08: a patches folder that does not exist (finding 15)
+    Case("E08", lambda env: ["--patches-dir", str(env.root / "nope"), "list"], 2,
+         "nope does not exist; fix --patches-dir or LMSFORGE_PATCHES_DIR"),
+    Case("E08b", lambda env: ["--patches-dir", str(env.root / "nope"), "status", "--series"], 2,
+         "nope does not exist; fix --patches-dir or LMSFORGE_PATCHES_DIR"),
+    # K19: a private channel and no credentials at all (finding 26)
+    Case("K19", lambda env: [], 0, "", run=no_credentials_for_a_private_channel(
+        publish_to_silent_channel)),
+    Case("K19b", lambda env: [], 0, "", run=no_credentials_for_a_private_channel(
+        command_test_against)),
+    # E13: an ASCII-only output encoding (finding 14)
+    Case("E13", lambda env: ["list"], 0, "toy", how="process",
+         environ={"PYTHONIOENCODING": "ascii"}),
     Case("F14", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--mirror",
                              str(env.root / "gone.git")], 1, "check the network"),
 ]
@@ -591,7 +1096,7 @@ def test_hostile_input(case: Case, env: Env) -> None:
         return
     args = case.setup(env)
     before = {path: snapshot(path) for path in case.unchanged(env)}
-    outcome = run_cli(env, args, case.how)
+    outcome = run_cli(env, args, case.how, case.environ)
     shown = f"exit {outcome.code}\nstdout: {outcome.stdout}\nstderr: {outcome.stderr}"
     assert "Traceback" not in outcome.stderr + outcome.stdout, shown
     assert outcome.code == case.code, shown
