@@ -29,6 +29,7 @@ from lmsforge.channel.address import ANACONDA, ARTIFACTORY, PREFIX, QUETZ, S3, C
 from lmsforge.channel.credentials import AUTH_FILE_ENV, ENV_HOST, ENV_TOKEN, redact
 from lmsforge.channel.installer import check_answering
 from lmsforge.channel.package import PublishResult
+from lmsforge.channel.upload_child import ERROR_MARKER
 from lmsforge.errors import LmsforgeError, UsageError
 from lmsforge.options import channel_timeout_s
 
@@ -131,25 +132,6 @@ def _unreachable(text: str) -> bool:
                           r"unreachable|refused", text))
 
 
-# py-rattler-build's uploaders hold the GIL until the upload ends, so in our process neither a
-# signal handler nor a thread could run meanwhile: SIGTERM would wait for the upload, or end the
-# process without removing the private auth file. They run in a child process instead, which
-# the signal handling ends (native_exit.end_children) before the auth file is removed.
-_UPLOAD_CHILD = """
-import json, os, sys
-call = json.loads(sys.argv[1])
-try:
-    import rattler_build
-    getattr(rattler_build, call["function"])(*call["args"], **call["kwargs"])
-except BaseException as exc:
-    sys.stderr.write("\\n" + call["marker"] + (" ".join(str(exc).split()) or repr(exc)) + "\\n")
-    sys.stderr.flush()
-    os._exit(1)
-os._exit(0)  # no interpreter teardown with rattler's runtime loaded (native_exit)
-"""
-_ERROR_MARKER = "lmsforge-upload-error: "
-
-
 def _upload(address: ChannelAddress, files: list[str], auth_file: str,
             creds: dict[str, credentials.Credential]) -> None:
     base, channel = address.upload_base, address.upload_channel
@@ -166,14 +148,14 @@ def _upload(address: ChannelAddress, files: list[str], auth_file: str,
     else:
         raise UsageError(f"channel {address.shown}: cannot publish to a {address.server} "
                          "channel")
-    call = {"function": function, "args": args, "kwargs": {**kwargs, "auth_file": auth_file},
-            "marker": _ERROR_MARKER}
-    proc = subprocess.run([sys.executable, "-c", _UPLOAD_CHILD, json.dumps(call)],
+    # In a child process: the uploaders hold the GIL for the whole upload (upload_child.py).
+    call = {"function": function, "args": args, "kwargs": {**kwargs, "auth_file": auth_file}}
+    proc = subprocess.run([sys.executable, "-m", "lmsforge.channel.upload_child", json.dumps(call)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           errors="replace")
     if proc.returncode != 0:
-        said = [line[len(_ERROR_MARKER):] for line in proc.stderr.splitlines()
-                if line.startswith(_ERROR_MARKER)]
+        said = [line[len(ERROR_MARKER):] for line in proc.stderr.splitlines()
+                if line.startswith(ERROR_MARKER)]
         text = said[-1] if said else " ".join(proc.stderr.split()[-40:]) or \
             f"the uploader ended with exit {proc.returncode}"
         raise _upload_error(text, address, creds)
