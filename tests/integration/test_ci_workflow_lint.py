@@ -4,23 +4,15 @@ archive (unpacked into the test cache, the machine unchanged)."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from workflows import EXPRESSION, WORKFLOWS, load
 
 pytestmark = pytest.mark.slow
-
-WORKFLOWS = sorted((Path(__file__).resolve().parents[2] / "ci").glob("*.yml"))
-EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}", re.DOTALL)  # shellcheck sees a placeholder
-
-
-def load(path: Path) -> dict:
-    return yaml.safe_load(path.read_text())
 
 
 def _check_jsonschema() -> str:

@@ -21,14 +21,11 @@ from pathlib import Path
 
 import click
 import pytest
-import yaml
+from workflows import CI, EXPRESSION, WORKFLOWS, load
 
 REPO = Path(__file__).resolve().parents[2]
-CI = REPO / "ci"
 BUILD_PUBLISH = CI / "build-publish.yml"
-WORKFLOWS = sorted(CI.glob("*.yml"))
 DEFAULT_TAGS = {"pytorch": "v2.6.0", "tensorflow": "v2.14.1"}
-EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}", re.DOTALL)
 GPU_LABEL = re.compile(r"gpu|cuda", re.IGNORECASE)
 
 
@@ -57,10 +54,6 @@ def substitute(text: str, contexts: dict) -> str:
         result = evaluate(match.group(1), contexts)
         return result if isinstance(result, str) else json.dumps(result)
     return EXPRESSION.sub(value, str(text))
-
-
-def load(path: Path) -> dict:
-    return yaml.safe_load(path.read_text())
 
 
 def _shims(bin_dir: Path) -> dict[str, str]:
