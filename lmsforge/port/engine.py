@@ -57,9 +57,11 @@ from lmsforge.port.steps import (
     clear_stale_git_locks,
     conflicted_files,
     landed,
+    needs_hand_staging,
     require_branch_b,
     rerere_resolved,
     stop,
+    unmerged_stages,
 )
 from lmsforge.series import manifest as series_mod, patchfile, worktree
 from lmsforge.upstream.tree import TreeIdentity
@@ -367,6 +369,17 @@ def _commit_resolution(tree: Path, state: PortState, patch: PatchState) -> None:
             f"{' and more' if len(marked) > 5 else ''}; finish the resolution (`git -C {quoted} "
             f"checkout --ours/--theirs FILE` and `git -C {quoted} mergetool` still work), then "
             f"`{command(state, tree, 'continue')}`")
+    unstaged = [(path, why) for path, stages in unmerged_stages(tree).items()
+                 if (why := needs_hand_staging(tree, path, stages)) is not None]
+    if unstaged:
+        # Never `git add -u` these for the user: the file as it stands is not a decision.
+        named = "; ".join(f"{path} ({why})" for path, why in unstaged[:5])
+        raise UsageError(
+            f"{patch.file} still has {'unmerged paths' if len(unstaged) > 1 else 'an unmerged path'}"
+            f" only you can decide: {named}{' and more' if len(unstaged) > 5 else ''}; put "
+            f"each in its resolved form, then `git -C {quoted} add PATH` (keep it) or `git -C "
+            f"{quoted} rm PATH` (remove it), then `{command(state, tree, 'continue')}` (or "
+            f"leave the patch out with `{command(state, tree, 'skip')}`)")
     index = git_dir(tree) / "index"
     backup = scratch(tree) / "index.before-continue"
     shutil.copyfile(index, backup)

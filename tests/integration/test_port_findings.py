@@ -587,3 +587,66 @@ def test_f13_status_sums_up_and_status_of_the_tree_names_the_port(git_series, tm
     assert tree.exit_code == 0
     assert "toy v1.0.0 → v2.0.0 in progress (replaying, stopped at 0030-storage-hook.patch; " \
            "the work is on branch lms/toy/v2.0.0)" in tree.stdout
+
+
+# --- round 2 (shared/evidence/port-torture-2026-11-26.md): binary, delete/modify, modes -------
+
+
+@pytest.fixture
+def hazard(tmp_path):
+    from port_helpers import make_hazard_toy
+    return make_hazard_toy(tmp_path / "hazard")
+
+
+def outcome(text: str, patch_id: str) -> str:
+    """The outcome column of PATCH_ID's row in PORT-REPORT.md's patch table."""
+    row = next(ln for ln in text.splitlines() if ln.startswith(f"| {patch_id} | "))
+    return row.split(" | ")[2]
+
+
+def series_file(toy, tag: str, patch_id: str) -> str:
+    manifest = yaml.safe_load((toy["patches"] / "toy" / tag / "series.yaml").read_text())
+    return next(p["file"] for p in manifest["patches"] if p["id"] == patch_id)
+
+
+def unmerged(into: Path) -> str:
+    status = git(into, "status", "--porcelain", "--untracked-files=no").splitlines()
+    return "\n".join(ln for ln in status if ln[:2] in ("UU", "AA", "DU", "UD", "DD", "AU", "UA"))
+
+
+def test_r2_f2_continue_refuses_untouched_binary_and_delete_modify_conflicts(hazard, tmp_path):
+    into = tmp_path / "port"
+    assert "port stopped at 0020-blob-mixed.patch" in stop_line(start(hazard, "v2.0.0", into))
+    refused = port(hazard, into, "--continue")
+    assert refused.exit_code == 2, refused.output
+    line = one_line_error(refused)
+    assert "assets/blob.bin (binary)" in line and " add PATH" in line, line
+    assert unmerged(into) == "UU assets/blob.bin"  # the conflict stays for the user
+    git(into, "checkout", "--theirs", "assets/blob.bin")
+    git(into, "add", "assets/blob.bin")
+    assert "port stopped at 0030-legacy-hook.patch" in stop_line(port(hazard, into, "--continue"))
+    refused = port(hazard, into, "--continue")
+    assert refused.exit_code == 2, refused.output
+    line = one_line_error(refused)
+    assert "src/legacy.c (deleted upstream" in line and " rm PATH" in line, line
+    assert unmerged(into) == "DU src/legacy.c"
+    git(into, "add", "src/legacy.c")  # the user keeps the file: their call, made by hand
+    done = port(hazard, into, "--continue")
+    assert done.exit_code == 0, done.output
+    text = report(hazard, "v2.0.0")
+    assert outcome(text, "blob-mixed") == "resolved"
+    assert outcome(text, "legacy-hook") == "resolved"
+    new = hazard["patches"] / "toy" / "v2.0.0"
+    assert "GIT binary patch" in (new / series_file(hazard, "v2.0.0", "blob-mixed")).read_text()
+
+
+def test_r2_f2_a_stop_whose_line_a_kill_lost_is_still_refused(hazard, tmp_path):
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(hazard, "v2.0.0", into), tmp_path,
+                              kill={"match": "ls-files --unmerged"})
+    assert killed.returncode == -9, killed.stderr
+    refused = port(hazard, into, "--continue")
+    assert refused.exit_code == 2, refused.output
+    assert "assets/blob.bin" in one_line_error(refused)
+    assert unmerged(into) == "UU assets/blob.bin"
+
