@@ -650,3 +650,34 @@ def test_r2_f2_a_stop_whose_line_a_kill_lost_is_still_refused(hazard, tmp_path):
     assert "assets/blob.bin" in one_line_error(refused)
     assert unmerged(into) == "UU assets/blob.bin"
 
+
+
+def _resolve_blob(into: Path) -> None:
+    git(into, "checkout", "--theirs", "assets/blob.bin")
+    git(into, "add", "assets/blob.bin")
+
+
+@pytest.mark.parametrize("conflict", ["binary", "delete-modify"])
+def test_r2_f1_a_kill_right_after_a_conflicting_pick_still_stops(hazard, tmp_path, conflict):
+    """The Python process dies right after git's cherry-pick returned with the conflict: the
+    resume must stop there (exit 3), as without the kill, not commit the file as it stands."""
+    into = tmp_path / "port"
+    kill = {"match": "cherry-pick --allow-empty", "when": "after", "rc": "1", "group": "0"}
+    if conflict == "binary":
+        killed = lmsforge_process(start_args(hazard, "v2.0.0", into), tmp_path, kill=kill)
+        patch, path, status = "0020-blob-mixed.patch", "assets/blob.bin", "UU assets/blob.bin"
+    else:
+        stop_line(start(hazard, "v2.0.0", into))
+        _resolve_blob(into)
+        killed = lmsforge_process(["--patches-dir", str(hazard["patches"]), "port",
+                                   "--continue", "--into", str(into)], tmp_path, kill=kill)
+        patch, path, status = "0030-legacy-hook.patch", "src/legacy.c", "DU src/legacy.c"
+    assert killed.returncode == -9, killed.stderr
+    resumed = port(hazard, into, "--continue")
+    line = stop_line(resumed)
+    assert f"port stopped at {patch}: conflicts in {path}" in line, line
+    assert unmerged(into) == status
+    again = port(hazard, into, "--continue")  # and it is a stop like any other (F2)
+    assert again.exit_code == 2 and path in one_line_error(again)
+    assert not (hazard["patches"] / "toy" / "v2.0.0").exists()
+
