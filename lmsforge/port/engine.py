@@ -224,11 +224,36 @@ def _drop_upstream_patches(tree: Path, state: PortState, series: series_mod.Seri
         reverse = all(f in files_on_b for f in needs) and git.run(
             ["apply", "--check", "--cached", "--reverse", str(path)], tree, env=index,
             check=False).returncode == 0
-        if patch.commit_on_a in upstream_has or reverse:
+        if (patch.commit_on_a in upstream_has or reverse) and \
+                _modes_on(tree, patch.commit_on_a, state.to_commit):
             patch.status = "dropped"
             patch.note = ("upstream has an equivalent commit" if patch.commit_on_a in
                           upstream_has else f"{state.to_tag} already contains this change")
     clear_scratch(tree)
+
+
+def _modes_on(tree: Path, commit: str, target: str) -> bool:
+    """Whether TARGET's tree has every file mode COMMIT sets (a chmod is a change too).
+
+    Neither `git cherry` nor a reverse `git apply --check` looks at modes: a patch that only
+    makes a file executable reverse-applies anywhere (git only warns), and is no more in a tag
+    whose file is still 100644 than any other change.
+    """
+    fields = git.out(["diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", f"{commit}^",
+                      commit], tree).split("\0")
+    wanted = {}
+    for meta, path in zip(fields[0::2], fields[1::2]):
+        old_mode, new_mode = meta.lstrip(":").split()[:2]
+        if new_mode != old_mode and new_mode != "000000":
+            wanted[path] = new_mode
+    if not wanted:
+        return True
+    have = {}
+    for entry in filter(None, git.out(["ls-tree", "-z", target, "--", *wanted], tree)
+                        .split("\0")):
+        meta, _, path = entry.partition("\t")
+        have[path] = meta.split()[0]
+    return all(have.get(path) == mode for path, mode in wanted.items())
 
 
 # --- replay --------------------------------------------------------------------------------------

@@ -681,3 +681,28 @@ def test_r2_f1_a_kill_right_after_a_conflicting_pick_still_stops(hazard, tmp_pat
     assert again.exit_code == 2 and path in one_line_error(again)
     assert not (hazard["patches"] / "toy" / "v2.0.0").exists()
 
+
+
+def test_r2_f4_a_mode_only_patch_is_dropped_only_where_the_tag_has_the_mode(hazard, tmp_path):
+    into = tmp_path / "port"
+    done = start(hazard, "v1.1.0", into)
+    assert done.exit_code == 0, done.output
+    assert "dropping 0010-gen-mode.patch" not in done.output
+    assert outcome(report(hazard, "v1.1.0"), "gen-mode") == "picked"
+    assert git(into, "ls-tree", "lms/toy/v1.1.0", "tools/gen.py").startswith("100755 ")
+    assert "gen-mode" in series_ids(hazard, "v1.1.0")
+    # A tag that made the file executable itself has the patch's change: dropped there.
+    upstream = hazard["upstream"]
+    git(upstream, "checkout", "-q", "v1.1.0")
+    (upstream / "tools" / "gen.py").chmod(0o755)
+    git(upstream, "commit", "-q", "-am", "toy 1.2.0: executable generator")
+    git(upstream, "tag", "v1.2.0")
+    yaml_file = hazard["patches"] / "toy" / "upstream.yaml"
+    yaml_file.write_text(yaml_file.read_text() + "  v1.2.0:\n    commit: "
+                         f"{git(upstream, 'rev-parse', 'v1.2.0^{commit}')}\n")
+    done = start(hazard, "v1.2.0", tmp_path / "port-1.2")
+    assert done.exit_code == 0, done.output
+    assert outcome(report(hazard, "v1.2.0"), "gen-mode") == "dropped"
+    assert "gen-mode" not in series_ids(hazard, "v1.2.0")
+
+
