@@ -706,3 +706,54 @@ def test_r2_f4_a_mode_only_patch_is_dropped_only_where_the_tag_has_the_mode(haza
     assert "gen-mode" not in series_ids(hazard, "v1.2.0")
 
 
+
+
+_HOOKED_GIT = """#!/bin/bash
+# Test stand-in for git: the real git, with the hooks folder HOOKS instead of the /dev/null
+# that lmsforge passes, so a hook can kill lmsforge (and git) inside a git command.
+args=()
+for a in "$@"; do
+  [ "$a" = core.hooksPath=/dev/null ] && a="core.hooksPath=$LMSFORGE_TEST_HOOKS"
+  args+=("$a")
+done
+exec "$LMSFORGE_TEST_REAL_GIT" "${args[@]}"
+"""
+
+_KILL_IN_COMMIT = """#!/bin/sh
+# Runs inside `git cherry-pick` after it wrote CHERRY_PICK_HEAD and before its commit: kills
+# the whole process group (lmsforge and git) there, once.
+rm -f "$0"
+kill -KILL 0
+sleep 5
+"""
+
+
+def test_r2_f9_a_clean_pick_killed_inside_git_is_reported_picked(git_series, tmp_path,
+                                                                  monkeypatch):
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v1.1.0", into), tmp_path,
+                              kill={"match": "cherry-pick --allow-empty"})
+    assert killed.returncode == -9, killed.stderr
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "prepare-commit-msg").write_text(_KILL_IN_COMMIT)
+    (hooks / "prepare-commit-msg").chmod(0o755)
+    wrapper = tmp_path / "hooked-git"
+    wrapper.mkdir()
+    (wrapper / "git").write_text(_HOOKED_GIT)
+    (wrapper / "git").chmod(0o755)
+    real_git = shutil.which("git") or "git"
+    with monkeypatch.context() as env:
+        env.setenv("PATH", f"{wrapper}{os.pathsep}{os.environ['PATH']}")
+        env.setenv("LMSFORGE_TEST_REAL_GIT", real_git)
+        env.setenv("LMSFORGE_TEST_HOOKS", str(hooks))
+        resumed = lmsforge_process(["--patches-dir", str(git_series["patches"]), "port",
+                                    "--continue", "--into", str(into)], tmp_path)
+    assert resumed.returncode == -9, resumed.stderr
+    assert not (hooks / "prepare-commit-msg").exists()
+    assert (into / ".git" / "CHERRY_PICK_HEAD").is_file()  # killed inside git's pick
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    text = report(git_series, "v1.1.0")
+    assert "| lms-core | 0010-lms-core.patch | picked |" in text
+    assert "rerere" not in text.split("## Patches")[1].split("## Time")[0]
