@@ -263,3 +263,73 @@ def record_storage_resolution(toy: dict[str, Path], work: Path) -> None:
     git(scratch, "rerere")
     shutil.copytree(scratch / ".git" / "rr-cache", toy["patches"] / "toy" / "rr-cache")
     shutil.rmtree(scratch)
+
+
+# --- a toy whose patches meet a binary conflict, a file upstream deleted and a mode change -----
+
+BLOB_V1 = b"\x89BLOB\x00\x01\x02" + bytes(range(256)) + b"\x00v1\n"
+BLOB_UPSTREAM = BLOB_V1.replace(b"v1", b"upstream")
+BLOB_PATCH = BLOB_V1.replace(b"v1", b"patched")
+LEGACY_V1 = "".join(f"int legacy_{i}(void) {{ return {i}; }}\n" for i in range(10))
+
+
+def make_hazard_upstream(root: Path) -> Path:
+    """Tags v1.0.0; v1.1.0 (only the README changes); v2.0.0 (v1.1.0, then upstream changes
+    the binary assets/blob.bin and deletes src/legacy.c). tools/gen.py is 100644 on every tag."""
+    repo = root / "hazard-upstream"
+    (repo / "src").mkdir(parents=True)
+    (repo / "assets").mkdir()
+    (repo / "tools").mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "src" / "a.c").write_text("int a(void) { return 1; }\n")
+    (repo / "src" / "legacy.c").write_text(LEGACY_V1)
+    (repo / "assets" / "blob.bin").write_bytes(BLOB_V1)
+    (repo / "tools" / "gen.py").write_text("print('gen')\n")
+    (repo / "README").write_text("hazard toy\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "toy 1.0.0")
+    git(repo, "tag", "v1.0.0")
+    (repo / "README").write_text("hazard toy, 1.1\n")
+    git(repo, "commit", "-q", "-am", "toy 1.1.0: readme")
+    git(repo, "tag", "v1.1.0")
+    (repo / "assets" / "blob.bin").write_bytes(BLOB_UPSTREAM)
+    git(repo, "rm", "-q", "src/legacy.c")
+    git(repo, "commit", "-q", "-am", "toy 2.0.0: new blob, legacy gone")
+    git(repo, "tag", "v2.0.0")
+    return repo
+
+
+def make_hazard_toy(root: Path) -> dict[str, Path]:
+    """A patches folder with a series on v1.0.0 of the hazard upstream: `gen-mode` (only makes
+    tools/gen.py 100755), `blob-mixed` (changes assets/blob.bin and src/a.c), `legacy-hook`
+    (changes src/legacy.c). Ported to v1.1.0 every pick is clean; to v2.0.0 it stops at
+    blob-mixed (binary conflict), then at legacy-hook (deleted upstream, changed by the patch)."""
+    from fixtures import commit_patch
+
+    upstream = make_hazard_upstream(root)
+    patches = root / "patches"
+    folder = patches / "toy"
+    folder.mkdir(parents=True)
+    lines = ["framework: toy", "git:", f"  url: {upstream}", "tags:"]
+    for tag in ("v1.0.0", "v1.1.0", "v2.0.0"):
+        lines += [f"  {tag}:", f"    commit: {git(upstream, 'rev-parse', tag + '^{commit}')}"]
+    (folder / "upstream.yaml").write_text("\n".join(lines) + "\n")
+    tree = root / "work" / "hazard-tree"
+    result = lmsforge("--patches-dir", str(patches), "apply", "-f", "toy", "-t", "v1.0.0",
+                      "--new", "--source", "git", "--into", str(tree))
+    assert result.exit_code == 0, result.output
+
+    def blob_mixed(t: Path) -> None:
+        (t / "assets" / "blob.bin").write_bytes(BLOB_PATCH)
+        (t / "src" / "a.c").write_text("int a(void) { return 1; }\nint lms_a(void);\n")
+
+    commit_patch(tree, "gen-mode", "build-fix", "Make the generator executable",
+                 lambda t: (t / "tools" / "gen.py").chmod(0o755))
+    commit_patch(tree, "blob-mixed", "hook", "LMS blob and hook", blob_mixed)
+    commit_patch(tree, "legacy-hook", "hook", "Hook the legacy code",
+                 lambda t: (t / "src" / "legacy.c").write_text(LEGACY_V1 + "int lms_legacy;\n"))
+    result = lmsforge("--patches-dir", str(patches), "export", "-f", "toy", "-t", "v1.0.0",
+                      "--tree", str(tree))
+    assert result.exit_code == 0, result.output
+    return {"upstream": upstream, "patches": patches, "tree": tree, "root": root,
+            "work": root / "work"}

@@ -57,9 +57,11 @@ from lmsforge.port.steps import (
     clear_stale_git_locks,
     conflicted_files,
     landed,
+    needs_hand_staging,
     require_branch_b,
     rerere_resolved,
     stop,
+    unmerged_stages,
 )
 from lmsforge.series import manifest as series_mod, patchfile, worktree
 from lmsforge.upstream.tree import TreeIdentity
@@ -222,11 +224,36 @@ def _drop_upstream_patches(tree: Path, state: PortState, series: series_mod.Seri
         reverse = all(f in files_on_b for f in needs) and git.run(
             ["apply", "--check", "--cached", "--reverse", str(path)], tree, env=index,
             check=False).returncode == 0
-        if patch.commit_on_a in upstream_has or reverse:
+        if (patch.commit_on_a in upstream_has or reverse) and \
+                _modes_on(tree, patch.commit_on_a, state.to_commit):
             patch.status = "dropped"
             patch.note = ("upstream has an equivalent commit" if patch.commit_on_a in
                           upstream_has else f"{state.to_tag} already contains this change")
     clear_scratch(tree)
+
+
+def _modes_on(tree: Path, commit: str, target: str) -> bool:
+    """Whether TARGET's tree has every file mode COMMIT sets (a chmod is a change too).
+
+    Neither `git cherry` nor a reverse `git apply --check` looks at modes: a patch that only
+    makes a file executable reverse-applies anywhere (git only warns), and is no more in a tag
+    whose file is still 100644 than any other change.
+    """
+    fields = git.out(["diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", f"{commit}^",
+                      commit], tree).split("\0")
+    wanted = {}
+    for meta, path in zip(fields[0::2], fields[1::2]):
+        old_mode, new_mode = meta.lstrip(":").split()[:2]
+        if new_mode != old_mode and new_mode != "000000":
+            wanted[path] = new_mode
+    if not wanted:
+        return True
+    have = {}
+    for entry in filter(None, git.out(["ls-tree", "-z", target, "--", *wanted], tree)
+                        .split("\0")):
+        meta, _, path = entry.partition("\t")
+        have[path] = meta.split()[0]
+    return all(have.get(path) == mode for path, mode in wanted.items())
 
 
 # --- replay --------------------------------------------------------------------------------------
@@ -367,6 +394,17 @@ def _commit_resolution(tree: Path, state: PortState, patch: PatchState) -> None:
             f"{' and more' if len(marked) > 5 else ''}; finish the resolution (`git -C {quoted} "
             f"checkout --ours/--theirs FILE` and `git -C {quoted} mergetool` still work), then "
             f"`{command(state, tree, 'continue')}`")
+    unstaged = [(path, why) for path, stages in unmerged_stages(tree).items()
+                 if (why := needs_hand_staging(tree, path, stages)) is not None]
+    if unstaged:
+        # Never `git add -u` these for the user: the file as it stands is not a decision.
+        named = "; ".join(f"{path} ({why})" for path, why in unstaged[:5])
+        raise UsageError(
+            f"{patch.file} still has {'unmerged paths' if len(unstaged) > 1 else 'an unmerged path'}"
+            f" only you can decide: {named}{' and more' if len(unstaged) > 5 else ''}; put "
+            f"each in its resolved form, then `git -C {quoted} add PATH` (keep it) or `git -C "
+            f"{quoted} rm PATH` (remove it), then `{command(state, tree, 'continue')}` (or "
+            f"leave the patch out with `{command(state, tree, 'skip')}`)")
     index = git_dir(tree) / "index"
     backup = scratch(tree) / "index.before-continue"
     shutil.copyfile(index, backup)

@@ -24,8 +24,10 @@ from lmsforge.port.steps import (
     conflicted_files,
     has_markers,
     landed,
+    needs_hand_staging,
     require_branch_b,
     stop,
+    unmerged_stages,
 )
 
 
@@ -95,6 +97,9 @@ def _finish_interrupted_pick(tree: Path, state: PortState, patch: PatchState) ->
         stop(tree, state, patch)  # as if it had just happened
     if state.in_flight_outcome == "rerere":
         outcome = "rerere"
+    elif _trial_pick(tree, patch, [], rerere=False)[0]:
+        # A clean pick: git was killed between writing CHERRY_PICK_HEAD and its commit.
+        outcome = "picked"
     else:
         # No conflict left: rerere resolved it, or the user did after the kill. Only a fresh
         # trial of the same pick tells which; a hand resolution must be reported as one.
@@ -126,7 +131,11 @@ def _mend_cut_rerere_writes(tree: Path, patch: PatchState, conflicted: list[str]
     cut short: no conflict markers, still unmerged. A trial of the same pick shows what rerere
     writes; a file that is not the start of that is someone's edit, and stays as it is.
     """
-    unmarked = [path for path in conflicted if not has_markers(tree, path)]
+    # Only a text conflict is one rerere rewrites: a binary or delete/modify conflict has no
+    # markers from the start, and the file as git left it is not a resolution of it.
+    stages = unmerged_stages(tree)
+    unmarked = [path for path in conflicted if not has_markers(tree, path)
+                and needs_hand_staging(tree, path, stages.get(path, {})) is None]
     if not unmarked:
         return
     _, written = _trial_pick(tree, patch, unmarked)
@@ -137,20 +146,22 @@ def _mend_cut_rerere_writes(tree: Path, patch: PatchState, conflicted: list[str]
             git.run(["add", "--", path], tree)
 
 
-def _trial_pick(tree: Path, patch: PatchState,
-                paths: list[str]) -> tuple[bool, dict[str, bytes]]:
-    """Pick PATCH again onto HEAD in a scratch work tree (rerere on, as in the port).
+def _trial_pick(tree: Path, patch: PatchState, paths: list[str],
+                rerere: bool = True) -> tuple[bool, dict[str, bytes]]:
+    """Pick PATCH again onto HEAD in a scratch work tree (rerere on, as in the port, unless
+    RERERE is false).
 
-    Returns whether rerere alone leaves no conflict, and the content of each of PATHS that
-    the trial leaves without conflict markers.
+    Returns whether the pick (with rerere's help when on) leaves no conflict, and the content of each of PATHS that
+    the trial resolves (rerere staged it, without conflict markers).
     """
     trial = scratch(tree) / "trial"
     git.run(["worktree", "add", "--quiet", "--detach", str(trial), "HEAD"], tree)
     try:
-        git.run(["cherry-pick", "--no-commit", patch.commit_on_a], trial, env=PORT_ENV,
-                check=False)
+        git.run(["-c", f"rerere.enabled={str(rerere).lower()}", "cherry-pick", "--no-commit",
+                 patch.commit_on_a], trial, env=PORT_ENV, check=False)
+        left = conflicted_files(trial)
         written = {path: (trial / path).read_bytes() for path in paths
-                   if not has_markers(trial, path)}
-        return not conflicted_files(trial), written
+                   if path not in left and not has_markers(trial, path)}
+        return not left, written
     finally:
         clear_scratch(tree)

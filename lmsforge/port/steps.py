@@ -69,6 +69,37 @@ def conflicted_files(tree: Path) -> list[str]:
     return git.out(["diff", "--name-only", "--diff-filter=U"], tree).splitlines()
 
 
+def unmerged_stages(tree: Path) -> dict[str, dict[str, str]]:
+    """Every unmerged path in the index: {path: {stage: blob}} (`git ls-files --unmerged`)."""
+    found: dict[str, dict[str, str]] = {}
+    for entry in filter(None, git.out(["ls-files", "--unmerged", "-z"], tree).split("\0")):
+        meta, _, path = entry.partition("\t")
+        _, oid, stage = meta.split()
+        found.setdefault(path, {})[stage] = oid
+    return found
+
+
+def needs_hand_staging(tree: Path, path: str, stages: dict[str, str]) -> str | None:
+    """Why the unmerged PATH can only be resolved by the user's own `git add`/`git rm`.
+
+    None for a text conflict that git wrote with markers (both sides present, neither binary):
+    markers left in it refuse --continue, and an edit that removed them is the resolution. For
+    anything else (deleted on one side, binary, no file in the tree) the file as it stands
+    tells nothing about what the user decided, so only staging it says so.
+    """
+    if "2" not in stages:
+        return "deleted upstream, changed by the patch"
+    if "3" not in stages:
+        return "deleted by the patch, changed upstream"
+    if not (tree / path).is_file():
+        return "not in the work tree"
+    for stage in ("2", "3"):
+        blob = git.run(["cat-file", "blob", stages[stage]], tree).stdout
+        if b"\0" in blob[:8000]:  # git's own test for a binary file
+            return "binary"
+    return None
+
+
 def has_markers(tree: Path, path: str) -> bool:
     file = tree / path
     return not file.is_file() or bool(MARKER.search(file.read_bytes()))

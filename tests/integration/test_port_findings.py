@@ -587,3 +587,173 @@ def test_f13_status_sums_up_and_status_of_the_tree_names_the_port(git_series, tm
     assert tree.exit_code == 0
     assert "toy v1.0.0 → v2.0.0 in progress (replaying, stopped at 0030-storage-hook.patch; " \
            "the work is on branch lms/toy/v2.0.0)" in tree.stdout
+
+
+# --- round 2 (shared/evidence/port-torture-2026-11-26.md): binary, delete/modify, modes -------
+
+
+@pytest.fixture
+def hazard(tmp_path):
+    from port_helpers import make_hazard_toy
+    return make_hazard_toy(tmp_path / "hazard")
+
+
+def outcome(text: str, patch_id: str) -> str:
+    """The outcome column of PATCH_ID's row in PORT-REPORT.md's patch table."""
+    row = next(ln for ln in text.splitlines() if ln.startswith(f"| {patch_id} | "))
+    return row.split(" | ")[2]
+
+
+def series_file(toy, tag: str, patch_id: str) -> str:
+    manifest = yaml.safe_load((toy["patches"] / "toy" / tag / "series.yaml").read_text())
+    return next(p["file"] for p in manifest["patches"] if p["id"] == patch_id)
+
+
+def unmerged(into: Path) -> str:
+    status = git(into, "status", "--porcelain", "--untracked-files=no").splitlines()
+    return "\n".join(ln for ln in status if ln[:2] in ("UU", "AA", "DU", "UD", "DD", "AU", "UA"))
+
+
+def test_r2_f2_continue_refuses_untouched_binary_and_delete_modify_conflicts(hazard, tmp_path):
+    into = tmp_path / "port"
+    assert "port stopped at 0020-blob-mixed.patch" in stop_line(start(hazard, "v2.0.0", into))
+    refused = port(hazard, into, "--continue")
+    assert refused.exit_code == 2, refused.output
+    line = one_line_error(refused)
+    assert "assets/blob.bin (binary)" in line and " add PATH" in line, line
+    assert unmerged(into) == "UU assets/blob.bin"  # the conflict stays for the user
+    git(into, "checkout", "--theirs", "assets/blob.bin")
+    git(into, "add", "assets/blob.bin")
+    assert "port stopped at 0030-legacy-hook.patch" in stop_line(port(hazard, into, "--continue"))
+    refused = port(hazard, into, "--continue")
+    assert refused.exit_code == 2, refused.output
+    line = one_line_error(refused)
+    assert "src/legacy.c (deleted upstream" in line and " rm PATH" in line, line
+    assert unmerged(into) == "DU src/legacy.c"
+    git(into, "add", "src/legacy.c")  # the user keeps the file: their call, made by hand
+    done = port(hazard, into, "--continue")
+    assert done.exit_code == 0, done.output
+    text = report(hazard, "v2.0.0")
+    assert outcome(text, "blob-mixed") == "resolved"
+    assert outcome(text, "legacy-hook") == "resolved"
+    new = hazard["patches"] / "toy" / "v2.0.0"
+    assert "GIT binary patch" in (new / series_file(hazard, "v2.0.0", "blob-mixed")).read_text()
+
+
+def test_r2_f2_a_stop_whose_line_a_kill_lost_is_still_refused(hazard, tmp_path):
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(hazard, "v2.0.0", into), tmp_path,
+                              kill={"match": "ls-files --unmerged"})
+    assert killed.returncode == -9, killed.stderr
+    refused = port(hazard, into, "--continue")
+    assert refused.exit_code == 2, refused.output
+    assert "assets/blob.bin" in one_line_error(refused)
+    assert unmerged(into) == "UU assets/blob.bin"
+
+
+
+def _resolve_blob(into: Path) -> None:
+    git(into, "checkout", "--theirs", "assets/blob.bin")
+    git(into, "add", "assets/blob.bin")
+
+
+@pytest.mark.parametrize("conflict", ["binary", "delete-modify"])
+def test_r2_f1_a_kill_right_after_a_conflicting_pick_still_stops(hazard, tmp_path, conflict):
+    """The Python process dies right after git's cherry-pick returned with the conflict: the
+    resume must stop there (exit 3), as without the kill, not commit the file as it stands."""
+    into = tmp_path / "port"
+    kill = {"match": "cherry-pick --allow-empty", "when": "after", "rc": "1", "group": "0"}
+    if conflict == "binary":
+        killed = lmsforge_process(start_args(hazard, "v2.0.0", into), tmp_path, kill=kill)
+        patch, path, status = "0020-blob-mixed.patch", "assets/blob.bin", "UU assets/blob.bin"
+    else:
+        stop_line(start(hazard, "v2.0.0", into))
+        _resolve_blob(into)
+        killed = lmsforge_process(["--patches-dir", str(hazard["patches"]), "port",
+                                   "--continue", "--into", str(into)], tmp_path, kill=kill)
+        patch, path, status = "0030-legacy-hook.patch", "src/legacy.c", "DU src/legacy.c"
+    assert killed.returncode == -9, killed.stderr
+    resumed = port(hazard, into, "--continue")
+    line = stop_line(resumed)
+    assert f"port stopped at {patch}: conflicts in {path}" in line, line
+    assert unmerged(into) == status
+    again = port(hazard, into, "--continue")  # and it is a stop like any other (F2)
+    assert again.exit_code == 2 and path in one_line_error(again)
+    assert not (hazard["patches"] / "toy" / "v2.0.0").exists()
+
+
+
+def test_r2_f4_a_mode_only_patch_is_dropped_only_where_the_tag_has_the_mode(hazard, tmp_path):
+    into = tmp_path / "port"
+    done = start(hazard, "v1.1.0", into)
+    assert done.exit_code == 0, done.output
+    assert "dropping 0010-gen-mode.patch" not in done.output
+    assert outcome(report(hazard, "v1.1.0"), "gen-mode") == "picked"
+    assert git(into, "ls-tree", "lms/toy/v1.1.0", "tools/gen.py").startswith("100755 ")
+    assert "gen-mode" in series_ids(hazard, "v1.1.0")
+    # A tag that made the file executable itself has the patch's change: dropped there.
+    upstream = hazard["upstream"]
+    git(upstream, "checkout", "-q", "v1.1.0")
+    (upstream / "tools" / "gen.py").chmod(0o755)
+    git(upstream, "commit", "-q", "-am", "toy 1.2.0: executable generator")
+    git(upstream, "tag", "v1.2.0")
+    yaml_file = hazard["patches"] / "toy" / "upstream.yaml"
+    yaml_file.write_text(yaml_file.read_text() + "  v1.2.0:\n    commit: "
+                         f"{git(upstream, 'rev-parse', 'v1.2.0^{commit}')}\n")
+    done = start(hazard, "v1.2.0", tmp_path / "port-1.2")
+    assert done.exit_code == 0, done.output
+    assert outcome(report(hazard, "v1.2.0"), "gen-mode") == "dropped"
+    assert "gen-mode" not in series_ids(hazard, "v1.2.0")
+
+
+
+
+_HOOKED_GIT = """#!/bin/bash
+# Test stand-in for git: the real git, with the hooks folder HOOKS instead of the /dev/null
+# that lmsforge passes, so a hook can kill lmsforge (and git) inside a git command.
+args=()
+for a in "$@"; do
+  [ "$a" = core.hooksPath=/dev/null ] && a="core.hooksPath=$LMSFORGE_TEST_HOOKS"
+  args+=("$a")
+done
+exec "$LMSFORGE_TEST_REAL_GIT" "${args[@]}"
+"""
+
+_KILL_IN_COMMIT = """#!/bin/sh
+# Runs inside `git cherry-pick` after it wrote CHERRY_PICK_HEAD and before its commit: kills
+# the whole process group (lmsforge and git) there, once.
+rm -f "$0"
+kill -KILL 0
+sleep 5
+"""
+
+
+def test_r2_f9_a_clean_pick_killed_inside_git_is_reported_picked(git_series, tmp_path,
+                                                                  monkeypatch):
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v1.1.0", into), tmp_path,
+                              kill={"match": "cherry-pick --allow-empty"})
+    assert killed.returncode == -9, killed.stderr
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "prepare-commit-msg").write_text(_KILL_IN_COMMIT)
+    (hooks / "prepare-commit-msg").chmod(0o755)
+    wrapper = tmp_path / "hooked-git"
+    wrapper.mkdir()
+    (wrapper / "git").write_text(_HOOKED_GIT)
+    (wrapper / "git").chmod(0o755)
+    real_git = shutil.which("git") or "git"
+    with monkeypatch.context() as env:
+        env.setenv("PATH", f"{wrapper}{os.pathsep}{os.environ['PATH']}")
+        env.setenv("LMSFORGE_TEST_REAL_GIT", real_git)
+        env.setenv("LMSFORGE_TEST_HOOKS", str(hooks))
+        resumed = lmsforge_process(["--patches-dir", str(git_series["patches"]), "port",
+                                    "--continue", "--into", str(into)], tmp_path)
+    assert resumed.returncode == -9, resumed.stderr
+    assert not (hooks / "prepare-commit-msg").exists()
+    assert (into / ".git" / "CHERRY_PICK_HEAD").is_file()  # killed inside git's pick
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    text = report(git_series, "v1.1.0")
+    assert "| lms-core | 0010-lms-core.patch | picked |" in text
+    assert "rerere" not in text.split("## Patches")[1].split("## Time")[0]
