@@ -372,9 +372,18 @@ def publish_to_silent_channel(env: Env, url: str) -> list[str]:
 # --- cases that need several processes --------------------------------------------------------
 
 
+def default_signals() -> None:
+    """In a child before it runs lmsforge: SIGTERM and SIGHUP as a terminal gives them. Whatever
+    started the test run (nohup, a CI runner) may ignore SIGHUP, and lmsforge rightly keeps an
+    ignored signal ignored (S12), which a test of its SIGHUP handling must not inherit."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def lmsforge_process(env: Env, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "lmsforge", *env.base_args(), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
 
 
 def two_applies_into_one_folder(env: Env) -> None:
@@ -601,6 +610,7 @@ def terminated_server_publish(signum: int, command: Callable[[Env, str], list[st
                 [sys.executable, "-m", "lmsforge",
                  *command(env, f"http://127.0.0.1:{server.port}/lms")],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                preexec_fn=default_signals,
                 env={**os.environ, "TMPDIR": str(tmp), "LMSFORGE_CHANNEL_TIMEOUT": "120",
                      "LMSFORGE_CHANNEL_TOKEN": "tok-3e8a1f0c99",
                      "LMSFORGE_CHANNEL_HOST": "127.0.0.1"})
@@ -749,7 +759,7 @@ def terminated_upload(env: Env) -> None:
         proc = subprocess.Popen(
             [sys.executable, "-m", "lmsforge", *env.base_args(), "publish", "--channel",
              server.url, str(make_conda(env.root / "pkgs"))],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals,
             env={**os.environ, "TMPDIR": str(tmp), "LMSFORGE_CHANNEL_TOKEN": "tok-3e8a1f0c99"})
         children = signal_when(proc, server.put_seen.is_set, signal.SIGTERM)
         ended_cleanly(proc, signal.SIGTERM, children)
