@@ -112,16 +112,23 @@ def commit_many(tree: Path, patches: list[tuple[str, str, str, dict[str, str]]])
     git(tree, "reset", "-q", "--hard", "HEAD")
 
 
-def make_long_toy(root: Path, count: int) -> dict[str, Path]:
-    """A patches folder declaring the long upstream, with a COUNT-patch series on v1.0.0."""
-    upstream = make_long_upstream(root)
+def declare_toy(root: Path, upstream: Path, tags: tuple[str, ...]) -> Path:
+    """A patches folder under ROOT declaring framework `toy` from the git repository UPSTREAM,
+    each of TAGS pinned to its commit; returns the patches folder."""
     patches = root / "patches"
     folder = patches / "toy"
     folder.mkdir(parents=True)
     lines = ["framework: toy", "git:", f"  url: {upstream}", "tags:"]
-    for tag in ("v1.0.0", "v2.0.0"):
+    for tag in tags:
         lines += [f"  {tag}:", f"    commit: {git(upstream, 'rev-parse', tag + '^{commit}')}"]
     (folder / "upstream.yaml").write_text("\n".join(lines) + "\n")
+    return patches
+
+
+def make_long_toy(root: Path, count: int) -> dict[str, Path]:
+    """A patches folder declaring the long upstream, with a COUNT-patch series on v1.0.0."""
+    upstream = make_long_upstream(root)
+    patches = declare_toy(root, upstream, ("v1.0.0", "v2.0.0"))
     tree = root / "work" / "series-tree"
     result = lmsforge("--patches-dir", str(patches), "apply", "-f", "toy", "-t", "v1.0.0",
                       "--new", "--source", "git", "--into", str(tree))
@@ -307,13 +314,7 @@ def make_hazard_toy(root: Path) -> dict[str, Path]:
     from fixtures import commit_patch
 
     upstream = make_hazard_upstream(root)
-    patches = root / "patches"
-    folder = patches / "toy"
-    folder.mkdir(parents=True)
-    lines = ["framework: toy", "git:", f"  url: {upstream}", "tags:"]
-    for tag in ("v1.0.0", "v1.1.0", "v2.0.0"):
-        lines += [f"  {tag}:", f"    commit: {git(upstream, 'rev-parse', tag + '^{commit}')}"]
-    (folder / "upstream.yaml").write_text("\n".join(lines) + "\n")
+    patches = declare_toy(root, upstream, ("v1.0.0", "v1.1.0", "v2.0.0"))
     tree = root / "work" / "hazard-tree"
     result = lmsforge("--patches-dir", str(patches), "apply", "-f", "toy", "-t", "v1.0.0",
                       "--new", "--source", "git", "--into", str(tree))
