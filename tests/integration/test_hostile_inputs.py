@@ -598,6 +598,15 @@ def terminated_folder_publish(env: Env) -> None:
         json.loads(index.read_text())
 
 
+def token_holding_process(args: list[str], tmp: Path, preexec: Callable[[], object],
+                          **extra_env: str) -> subprocess.Popen:
+    """lmsforge ARGS with a channel token set and TMPDIR=TMP, where its private auth file goes."""
+    return subprocess.Popen([sys.executable, "-m", "lmsforge", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=preexec,
+                            env={**os.environ, "TMPDIR": str(tmp),
+                                 "LMSFORGE_CHANNEL_TOKEN": "tok-3e8a1f0c99", **extra_env})
+
+
 def terminated_server_publish(signum: int, command: Callable[[Env, str], list[str]] = (
         publish_to_silent_channel)) -> Callable[[Env], None]:
     """SIGTERM/SIGHUP while publish (or test) waits on a server with a token: the private auth
@@ -606,14 +615,9 @@ def terminated_server_publish(signum: int, command: Callable[[Env, str], list[st
         tmp = env.root / "tmp"
         tmp.mkdir()
         with SilentServer() as server:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "lmsforge",
-                 *command(env, f"http://127.0.0.1:{server.port}/lms")],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                preexec_fn=default_signals,
-                env={**os.environ, "TMPDIR": str(tmp), "LMSFORGE_CHANNEL_TIMEOUT": "120",
-                     "LMSFORGE_CHANNEL_TOKEN": "tok-3e8a1f0c99",
-                     "LMSFORGE_CHANNEL_HOST": "127.0.0.1"})
+            proc = token_holding_process(command(env, f"http://127.0.0.1:{server.port}/lms"),
+                                         tmp, default_signals, LMSFORGE_CHANNEL_TIMEOUT="120",
+                                         LMSFORGE_CHANNEL_HOST="127.0.0.1")
             children = signal_when(proc, lambda: any(tmp.glob("lmsforge-auth-*/auth.json")),
                                    signum)
             line = ended_cleanly(proc, signum, children)
@@ -738,13 +742,9 @@ def nohup_outlives_its_terminal(env: Env) -> None:
     tmp = env.root / "tmp"
     tmp.mkdir()
     with SilentServer() as server:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lmsforge",
-             *publish_to_silent_channel(env, f"http://127.0.0.1:{server.port}/lms")],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
-            env={**os.environ, "TMPDIR": str(tmp), "LMSFORGE_CHANNEL_TIMEOUT": "4",
-                 "LMSFORGE_CHANNEL_TOKEN": "tok-3e8a1f0c99"})
+        proc = token_holding_process(
+            publish_to_silent_channel(env, f"http://127.0.0.1:{server.port}/lms"), tmp,
+            lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN), LMSFORGE_CHANNEL_TIMEOUT="4")
         signal_when(proc, lambda: any(tmp.glob("lmsforge-auth-*/auth.json")), signal.SIGHUP)
         out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "did not answer in 4 s" in err, (proc.returncode, err)
