@@ -6,6 +6,12 @@ clean-up Ctrl-C runs (temporary and staging folders, the private auth file, lock
 too; the processes lmsforge started are ended first, whatever process group they are in
 (``end_children``), so none of them is left writing into a folder that is being removed.
 
+Python runs a signal's handler only in the main thread, and only once that thread next wakes. A
+signal the kernel hands to another thread (rattler's tokio threads, ours), or one that arrives
+just before the main thread enters a blocking call, wakes no one: a read from a server that never
+answers then outlives SIGTERM (a CI run saw it). So every signal is also written to a wakeup pipe,
+and a small thread (``_forward_to_main``) sends it on to the main thread until its handler ran.
+
 py-rattler and py-rattler-build are Rust extensions that run tokio runtimes on threads of their
 own. Those threads can still be touching Python objects while the interpreter finalizes, which
 crashes the process after the command has finished its work: a CI run saw `lmsforge publish`
@@ -24,6 +30,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -36,16 +43,47 @@ NATIVE_RUNTIME_MODULES = ("rattler", "rattler_build")
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
+_handled = threading.Event()  # set once _on_signal ran in the main thread
+
+
 def handle_signals() -> None:
     """SIGTERM and SIGHUP end the command like Ctrl-C (for the program only, not for callers
     that import lmsforge). A signal the caller made us ignore stays ignored: `nohup lmsforge
     build …` must outlive its terminal."""
-    for signum in HANDLED_SIGNALS:
-        if signal.getsignal(signum) != signal.SIG_IGN:
-            signal.signal(signum, _on_signal)
+    handled = [signum for signum in HANDLED_SIGNALS if signal.getsignal(signum) != signal.SIG_IGN]
+    for signum in handled:
+        signal.signal(signum, _on_signal)
+    if handled:
+        read_end, write_end = os.pipe()  # neither end is inherited by the processes we start
+        os.set_blocking(write_end, False)  # the C-level handler must never block on it
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        threading.Thread(target=_forward_to_main, args=(read_end, set(handled)),
+                         name="lmsforge-signals", daemon=True).start()
+
+
+def _forward_to_main(read_end: int, handled: set[int]) -> None:
+    """Send each handled signal on to the main thread until its handler has run there (the
+    kernel may have given it to another thread, or it may have come just before a blocking
+    call); a signal to a thread interrupts that thread's blocking call."""
+    main = threading.main_thread().ident
+    while True:
+        try:
+            received = os.read(read_end, 64)  # one byte per signal: its number
+        except OSError:
+            return
+        signum = next((s for s in received if s in handled), None)
+        if signum is None or main is None:
+            continue
+        while not _handled.is_set():
+            try:
+                signal.pthread_kill(main, signum)
+            except (OSError, ProcessLookupError):
+                return  # the main thread is gone: the process is ending
+            _handled.wait(0.2)
 
 
 def _on_signal(signum: int, frame: object) -> None:
+    _handled.set()
     for other in HANDLED_SIGNALS:  # a second signal must not interrupt the clean-up
         if signal.getsignal(other) == _on_signal:
             signal.signal(other, _ignore)
