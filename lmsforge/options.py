@@ -6,10 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from lmsforge import bundled
 from lmsforge.cache import Cache, default_cache_dir
 from lmsforge.errors import UsageError
 
-PACKAGE_ROOT = Path(__file__).resolve().parent
 CHANNEL_TIMEOUT_ENV = "LMSFORGE_CHANNEL_TIMEOUT"
 DEFAULT_CHANNEL_TIMEOUT_S = 60.0
 
@@ -34,9 +34,9 @@ def default_patches_dir() -> Path:
     env = os.environ.get("LMSFORGE_PATCHES_DIR")
     if env:
         return Path(env).expanduser().resolve()
-    bundled = PACKAGE_ROOT.parent / "patches"  # a source checkout (pip install -e .)
-    if bundled.is_dir():
-        return bundled
+    shipped = bundled.path("patches")  # the checkout's, or the copy a wheel installed
+    if shipped.is_dir():
+        return shipped
     return (Path.cwd() / "patches").resolve()
 
 
@@ -102,6 +102,15 @@ class Options:
             if where == root or root in where.parents:
                 raise UsageError(f"{option} {target} is inside {what} ({root}), whose contents "
                                  "lmsforge resets and removes; choose a folder outside it")
+
+    def require_writable_patches_dir(self, command: str) -> None:
+        """Refuse to write a series into the copy an installed wheel carries: the next upgrade
+        of lmsforge would replace it, and the series with it."""
+        if bundled.is_installed_copy(self.patches_dir):
+            raise UsageError(f"{self.patches_dir} holds the series installed with lmsforge, which "
+                             f"an upgrade replaces; `lmsforge {command}` writes series, so copy "
+                             f"them to a folder of your own (cp -r {self.patches_dir} ./patches) "
+                             "and pass --patches-dir ./patches")
 
     def require_patches_dir(self) -> None:
         """Refuse a patches folder that does not exist (a typo in LMSFORGE_PATCHES_DIR or

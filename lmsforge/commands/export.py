@@ -13,6 +13,7 @@ from lmsforge.series import catalogue, export, manifest as series_mod, worktree
 
 
 def run(opts: Options, framework: str, tag: str, tree_path: Path | None) -> int:
+    opts.require_writable_patches_dir("export")
     sources = catalogue.sources_for(opts.patches_dir, framework)
     catalogue.check_tag(opts.patches_dir, sources, tag)
     path = (tree_path or Path.cwd() / f"lms-{framework}-{tag}").absolute()

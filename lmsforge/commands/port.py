@@ -66,6 +66,7 @@ def _start(opts: Options, framework: str | None, from_tag: str | None, to_tag: s
         raise UsageError("a new port needs --framework, --from and --to")
     tree = (into or Path.cwd() / f"lms-port-{framework}-{to_tag}").absolute()
     opts.refuse_inside_managed(tree, "--into")
+    opts.require_writable_patches_dir("port")
     sources = catalogue.sources_for(opts.patches_dir, framework)
     folder = catalogue.series_folder(opts.patches_dir, sources, from_tag)
     catalogue.check_tag(opts.patches_dir, sources, to_tag)

@@ -35,9 +35,10 @@ from typing import Mapping, Sequence
 import jinja2
 import yaml
 
+from lmsforge import bundled
 from lmsforge.errors import LmsforgeError, UsageError
 
-RECIPES_ROOT = Path(__file__).resolve().parents[2] / "recipes"
+RECIPES_ROOT = bundled.path("recipes")
 HARNESS_DIR = Path(__file__).resolve().parents[1] / "verify" / "pytorch_c10"
 PLATFORMS = ("linux-64", "linux-ppc64le")
 PROFILES = {"pytorch": ("core", "full"), "tensorflow": ("full",)}

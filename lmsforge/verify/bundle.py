@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import lmsforge
-from lmsforge import git
+from lmsforge import bundled, git
 from lmsforge.cache import default_cache_dir
 from lmsforge.errors import LmsforgeError, UsageError
 from lmsforge.series import export, manifest as series_mod, worktree
@@ -31,10 +31,9 @@ MANIFEST = "MANIFEST.json"
 ENTRY_SCRIPT = "run-gpu.sh"
 FORMAT = 1
 
-REPO_ROOT = Path(lmsforge.__file__).resolve().parent.parent
 PACKAGE_DIR = Path(lmsforge.__file__).resolve().parent
-BENCH_DIR = REPO_ROOT / "bench"
-GPU_DOC = REPO_ROOT / "docs" / "gpu.md"
+BENCH_DIR = bundled.path("bench")
+GPU_DOC = bundled.path("docs/gpu.md")
 
 # Files of the tree besides c10/ that travel: the licences c10 is distributed under.
 TREE_EXTRAS = ("LICENSE", "NOTICE")
@@ -42,7 +41,8 @@ LIBRARY_DIRS = (Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib/aarch64-linux-
                 Path("/usr/lib64"), Path("/usr/lib"), Path("/usr/local/lib"))
 INCLUDE_DIRS = (Path("/usr/include"), Path("/usr/local/include"))
 GOOGLETEST_SOURCES = (Path("/usr/src/googletest"),)
-_SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "build")
+_SKIPPED = ("__pycache__", "*.pyc", ".pytest_cache", "build")
+_SKIP = shutil.ignore_patterns(*_SKIPPED)
 
 
 class BundleResult(NamedTuple):
@@ -132,7 +132,8 @@ def _copy_contents(tree: Path, meta: worktree.WorkTree, staging: Path,
     for extra in TREE_EXTRAS:
         if (tree / extra).is_file():
             shutil.copy2(tree / extra, staging / "tree" / extra)
-    shutil.copytree(PACKAGE_DIR, staging / "lmsforge", ignore=_SKIP)
+    shutil.copytree(PACKAGE_DIR, staging / "lmsforge",  # the shipped files go beside it
+                    ignore=shutil.ignore_patterns(*_SKIPPED, bundled.INSTALLED_ROOT.name))
     if not (BENCH_DIR / ENTRY_SCRIPT).is_file():
         raise LmsforgeError(f"{BENCH_DIR / ENTRY_SCRIPT} is missing: lmsforge runs from a "
                             "source checkout that has bench/")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
+from lmsforge import bundled
 from lmsforge.errors import CheckFailed, LmsforgeError
 from lmsforge.verify.levels import Timer
 from lmsforge.verify.pytorch_c10 import inputs
@@ -19,7 +20,7 @@ LIBRARIES = ("c10", "c10_cuda")
 # The same c10_cuda objects linked against lmsforge's simulated CUDA runtime (core-sim).
 SIM_LIBRARIES = ("c10", "c10_cuda_sim")
 # bench/ of a source checkout: built for the simulator by core-sim (bench/CMakeLists.txt).
-BENCH_DIR = CMAKE_DIR.parents[2] / "bench"
+BENCH_DIR = bundled.path("bench")
 SIM_BENCHMARKS = ("lms_bench_copy_sim", "lms_bench_oversub_sim")
 
 
