@@ -26,14 +26,12 @@ the `atexit` handlers (temporary folders, logging, locks), flushes its streams a
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
 
 from lmsforge.errors import Terminated
 
@@ -89,25 +87,6 @@ def _on_signal(signum: int, frame: object) -> None:
             signal.signal(other, _ignore)
     end_children(grace_s=0)
     raise Terminated(signum, signal.Signals(signum).name)
-
-
-@contextlib.contextmanager
-def default_signals() -> Iterator[None]:
-    """SIGTERM and SIGHUP end the process at once while a native call that holds the GIL runs
-    (a rattler-build build): a Python handler would only run once the call returns, minutes
-    later, and that is worse than ending without the clean-up (what Ctrl-C does there too)."""
-    saved = {signum: signal.getsignal(signum) for signum in HANDLED_SIGNALS
-             if signal.getsignal(signum) == _on_signal}
-    try:
-        for signum in saved:
-            signal.signal(signum, signal.SIG_DFL)
-    except ValueError:  # not the main thread: nothing was changed
-        saved = {}
-    try:
-        yield
-    finally:
-        for signum, handler in saved.items():
-            signal.signal(signum, handler)
 
 
 def _ignore(signum: int, frame: object) -> None:

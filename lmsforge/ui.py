@@ -42,9 +42,10 @@ def step(message: str, progress: Callable[[], str] | None = None) -> Iterator[No
         extra = ""
         if progress is not None:
             try:
-                extra = f", {progress()}"
+                text = progress()
             except OSError:
-                extra = ""
+                text = ""
+            extra = f", {text}" if text else ""
         return f"{message} ({time.monotonic() - start:.0f} s{extra})"
 
     if err.is_terminal:
@@ -66,6 +67,25 @@ def step(message: str, progress: Callable[[], str] | None = None) -> Iterator[No
         finally:
             stop.set()
     say(f"{message}: done in {time.monotonic() - start:.1f} s")
+
+
+class LiveLines:
+    """The output of a long child (a build) as a step's progress: on a terminal, its last line
+    beside the elapsed time (``progress``, for ``step``); on a log, every line as it comes."""
+
+    WIDTH = 70  # of the last line shown beside a spinner
+
+    def __init__(self) -> None:
+        self.last = ""
+
+    def show(self, line: str) -> None:
+        self.last = line
+        if not err.is_terminal:
+            err.print(f"  {line}", markup=False, highlight=False)
+
+    def progress(self) -> str:
+        line = " ".join(self.last.split())
+        return line if len(line) <= self.WIDTH else line[:self.WIDTH - 1] + "…"
 
 
 def _tick(stop: threading.Event, every: float, action: Callable[[], None]) -> None:

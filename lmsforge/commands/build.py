@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmsforge import native_exit, ui
+from lmsforge import ui
 from lmsforge.packaging import plan as build_plan, rattler as build, recipes, toolchain
 from lmsforge.channel import publisher
 from lmsforge.series import catalogue, manifest as series_mod
@@ -57,11 +57,12 @@ def run(opts: Options, framework: str, tag: str, profile: str, platform: str,
         todo = _not_yet_in_channel(rendered, plan, channel, identity)
         for combination in todo:
             label = ", ".join(f"{k}={v}" for k, v in combination.items()) or "default"
-            with ui.step(f"rattler-build {framework} {tag} {profile} ({label}) for {platform}"), \
-                    native_exit.default_signals():  # it holds the GIL: see default_signals
+            live = ui.LiveLines()
+            with ui.step(f"rattler-build {framework} {tag} {profile} ({label}) for {platform}",
+                         progress=live.progress):
                 result = build.build_variant(
                     rendered, combination, opts.cache.build_dir(framework, tag, "rattler-out"),
-                    tools=tools, jobs=opts.jobs,
+                    tools=tools, jobs=opts.jobs, shown=live.show,
                     log_file=opts.cache.build_dir(framework, tag, "logs") / "rattler-build.log")
             for package in result.packages:
                 ui.out.print(f"built {package.subdir}/{package.path.name} "

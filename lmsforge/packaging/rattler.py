@@ -22,18 +22,21 @@ import contextlib
 import json
 import os
 import re
+import subprocess
+import sys
 import sysconfig
 import tarfile
 import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from lmsforge.channel import installer, publisher
 from lmsforge.errors import CheckFailed, UsageError
 from lmsforge.packaging.plan import plan
-from lmsforge.packaging.recipes import RenderResult, rattler_variant_config
+from lmsforge.packaging import build_child
+from lmsforge.packaging.recipes import RenderResult, variant_values
 from lmsforge.packaging.toolchain import HOST_PLATFORM, Toolchain, host_cuda
 
 ELF_MACHINE = {"linux-64": (62, "x86-64"), "linux-ppc64le": (21, "PowerPC64"),
@@ -70,11 +73,13 @@ def check_verified(framework: str, tag: str, status: str, detail: str = "") -> N
 
 def build_variant(rendered: RenderResult, combination: Mapping[str, str], output_dir: Path, *,
                   tools: Toolchain | None = None, channels: Sequence[str] = (),
-                  jobs: int | None = None, log_file: Path | None = None) -> BuildResult:
+                  jobs: int | None = None, log_file: Path | None = None,
+                  shown: Callable[[str], None] | None = None) -> BuildResult:
     """Build one combination of RENDERED into OUTPUT_DIR (rattler-build's output folder, itself a
-    local channel), then audit it. The core profile builds with TOOLS (``toolchain.prepare``)."""
-    import rattler_build as rb
+    local channel), then audit it. The core profile builds with TOOLS (``toolchain.prepare``).
 
+    The build runs in a child process (``build_child``); each line of its log goes to LOG_FILE
+    as it comes, and to SHOWN (the command's live progress)."""
     if dict(combination) not in [dict(c) for c in rendered.matrix]:
         raise UsageError(f"{dict(combination)} is not in the rendered matrix of "
                          f"{rendered.framework} {rendered.tag} {rendered.profile}; render again")
@@ -83,34 +88,65 @@ def build_variant(rendered: RenderResult, combination: Mapping[str, str], output
                          f"toolchain: pass tools=toolchain.prepare('{rendered.platform}', …)")
     output_dir = output_dir.resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
-    config = rattler_variant_config(rendered.variants, combination, rendered.platform)
-    platform = rb.PlatformConfig(target_platform=rendered.platform)
-    recipe = rb.Stage0Recipe.from_file(rendered.recipe_file)
-    variants = recipe.render(config, rb.RenderConfig(platform=platform))
-    all_channels = [output_dir.as_uri(), *channels]
-    host_toolchain = rendered.profile == "core"  # offline profile: see recipes/pytorch/core
+    call = {"recipe": str(rendered.recipe_file), "platform": rendered.platform,
+            "variants": variant_values(rendered.variants, combination, rendered.platform),
+            "output_dir": str(output_dir), "channels": [output_dir.as_uri(), *channels],
+            # offline profile: see recipes/pytorch/core
+            "isolation": "none" if rendered.profile == "core" else "strict"}
     start = time.monotonic()
-    results = []
     with _build_environment(rendered, combination, tools, jobs):
-        for variant in variants:
-            try:
-                results.append(variant.run_build(
-                    output_dir=output_dir, channels=all_channels,
-                    tool_config=rb.ToolConfiguration(test_strategy="skip"),
-                    env_isolation=(rb.EnvironmentIsolation.NONE if host_toolchain
-                                   else rb.EnvironmentIsolation.STRICT)))
-            except Exception as exc:
-                script_log = _script_log(output_dir, start)
-                where = _write_log(log_file, output_dir, exc, script_log)
-                cause = _first_error_line(script_log) or _last_error_line(exc)
-                raise CheckFailed(f"rattler-build failed for {rendered.framework} {rendered.tag} "
-                                  f"{rendered.profile} {dict(combination)} on {rendered.platform}: "
-                                  f"{cause}; full log: {where}") from None
+        outcome = _run_build_child(call, log_file or output_dir / "lmsforge-build.log", shown)
+    if outcome.error is not None:
+        script_log = _script_log(output_dir, start)
+        where = _write_log(log_file, output_dir, outcome.error, script_log, outcome.lines)
+        cause = _first_error_line(script_log) or outcome.error
+        raise CheckFailed(f"rattler-build failed for {rendered.framework} {rendered.tag} "
+                          f"{rendered.profile} {dict(combination)} on {rendered.platform}: "
+                          f"{cause}; full log: {where}")
     seconds = time.monotonic() - start
-    packages = tuple(_built(Path(p)) for r in results for p in r.packages)
+    packages = tuple(_built(Path(p)) for p in outcome.packages)
     publisher.make_servable([p.path for p in packages])
     audit = audit_packages(packages, combination, rendered.platform)
     return BuildResult(dict(combination), packages, seconds, output_dir, tuple(audit))
+
+
+@dataclass(frozen=True)
+class _ChildOutcome:
+    packages: tuple[str, ...]
+    error: str | None  # rattler-build's one line when the build failed
+    lines: tuple[str, ...]  # the build's whole log, for the error log
+
+
+def _run_build_child(call: dict, log_file: Path, shown: Callable[[str], None] | None
+                     ) -> _ChildOutcome:
+    """Run ``build_child`` with CALL, writing each line it prints to LOG_FILE at once and handing
+    it to SHOWN. The child inherits the environment ``_build_environment`` set."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    lines: list[str] = []
+    packages: tuple[str, ...] = ()
+    error = None
+    with open(log_file, "w", encoding="utf-8") as log, subprocess.Popen(
+            [sys.executable, "-m", build_child.__name__, json.dumps(call)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            text=True, errors="replace", bufsize=1) as child:
+        assert child.stdout is not None
+        for line in child.stdout:
+            if line.startswith(build_child.RESULT_MARKER):
+                packages = tuple(json.loads(line[len(build_child.RESULT_MARKER):]))
+                continue
+            if line.startswith(build_child.ERROR_MARKER):
+                error = line[len(build_child.ERROR_MARKER):].strip()
+                continue
+            lines.append(line)
+            log.write(line)
+            log.flush()
+            if shown is not None and line.strip():
+                shown(line.rstrip())
+        code = child.wait()
+    if code != 0 and error is None:  # killed, or a crash before it could say why
+        last = next((x.strip() for x in reversed(lines) if x.strip()), "no output")
+        error = f"the build process ended with exit {code} ({last})"
+    return _ChildOutcome(packages, error, tuple(lines))
 
 
 @contextlib.contextmanager
@@ -154,11 +190,11 @@ def _script_log(output_dir: Path, since: float) -> Path | None:
     return max(logs, key=lambda p: p.stat().st_mtime) if logs else None
 
 
-def _write_log(log_file: Path | None, output_dir: Path, exc: Exception,
-               script_log: Path | None) -> Path:
+def _write_log(log_file: Path | None, output_dir: Path, error: str, script_log: Path | None,
+               lines: Sequence[str] = ()) -> Path:
     path = log_file or output_dir / "lmsforge-build-error.log"
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = str(exc)
+    text = "".join(lines) + error
     if script_log is not None:
         text += f"\n\n--- the build script's output ({script_log}) ---\n"
         text += script_log.read_text(errors="replace")

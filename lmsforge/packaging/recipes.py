@@ -279,13 +279,20 @@ def _write_recipe(template_dir: Path, out_dir: Path, tag: str, tag_variants: Tag
             shutil.copy2(path, out_dir / path.name)
 
 
+def variant_values(tag_variants: TagVariants, combo: Mapping[str, str],
+                   platform: str) -> dict[str, list]:
+    """The variant keys of one combination, exactly one value each (plain data: the build
+    child receives it as JSON)."""
+    values: dict[str, list] = {k: [v] for k, v in combo.items()}
+    values.update({k: v[:1] for k, v in tag_variants.passthrough(platform).items() if v})
+    return values
+
+
 def rattler_variant_config(tag_variants: TagVariants, combo: Mapping[str, str], platform: str):
     """The rattler-build ``VariantConfig`` for one combination: exactly one value per key."""
     from rattler_build import VariantConfig
 
-    values = {k: [v] for k, v in combo.items()}
-    values.update({k: v[:1] for k, v in tag_variants.passthrough(platform).items() if v})
-    return VariantConfig(values)
+    return VariantConfig(variant_values(tag_variants, combo, platform))
 
 
 def _rattler_outputs(recipe_dir: Path, tag_variants: TagVariants, combo: Mapping[str, str],

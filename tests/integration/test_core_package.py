@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -161,6 +162,94 @@ def test_readme_build_command_adds_the_host_cuda_variant(builds, work):
     assert shipped["cuda_version"] == expected and shipped["series_hash"] == extra["series_hash"]
     assert any("__cuda" in dep for dep in contents.index["depends"])
     assert "already in the channel" in result.stdout  # the CPU package of the run before
+
+
+def test_a_build_shows_its_own_lines_as_it_runs(builds, work):
+    """On a log (not a terminal), every line of rattler-build's output and the build script's
+    comes out while the build runs, and lands in the build log: the README build used to say
+    nothing for six minutes (issue 27 item 7, hostile-inputs row 10)."""
+    result = builds["ppc64le"]  # the session's last build that compiled: the log is its own
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    step = next(i for i, line in enumerate(lines) if "· rattler-build pytorch v2.6.0" in line)
+    done = next(i for i, line in enumerate(lines) if i > step and ": done in " in line)
+    shown = [line.strip() for line in lines[step + 1:done] if line.startswith("  ")]
+    assert any(re.match(r"\[\d+/\d+\] Building CXX object", line) for line in shown), shown[:40]
+    log = real_test_cache() / "builds" / "pytorch" / "v2.6.0" / "logs" / "rattler-build.log"
+    assert any(line.strip() in log.read_text() for line in shown[-5:])
+
+
+def _build_process_started(proc: subprocess.Popen) -> bool:
+    """Whether PROC's build child is compiling (has a descendant of its own)."""
+    from lmsforge import native_exit
+
+    table = native_exit._processes()
+    for pid in native_exit.children() if proc.poll() is None else []:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"lmsforge.packaging.build_child" in command and table.get(pid, (0,))[0] == proc.pid:
+            return any(parent == pid for parent, _, _ in table.values())
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_during_rattler_build_ends_the_build_within_seconds(tmp_path, signum):
+    """Ctrl-C (to the whole process group, as a terminal sends it) or SIGTERM while
+    rattler-build compiles: the command ends within seconds with one line, leaves no process
+    behind and adds nothing to the channel. It used to wait for the build's end, six minutes
+    later (hostile-inputs row 4)."""
+    from lmsforge import native_exit
+
+    command = [sys.executable, "-m", "lmsforge", *readme_command("build")[1:]]
+    command[command.index("--channel") + 1] = str(tmp_path / "ch")
+    command += ["--variant", "cuda=None"]  # one variant is enough to be inside a build
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "LMSFORGE_CACHE_DIR": str(real_test_cache())})
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None and \
+            not _build_process_started(proc):
+        time.sleep(0.2)
+    assert proc.poll() is None, f"ended before its build started: {proc.communicate()}"
+    started = _descendants_of(proc.pid)
+    signalled = time.monotonic()
+    if signum == signal.SIGINT:
+        os.killpg(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"still building a minute after {signum.name}: "
+                             f"{proc.communicate()[1][-2000:]}") from None
+    took = time.monotonic() - signalled
+    assert proc.returncode == (130 if signum == signal.SIGINT else 143), err[-2000:]
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert len(errors) == 1 and "nothing half-done was kept" in errors[0], err[-2000:]
+    assert took < 30, f"{took:.0f} s after the signal"
+    time.sleep(1)
+    alive = started & {pid for pid, (_, _, state) in native_exit._processes().items()
+                       if state not in "ZX"}
+    assert not alive, f"left running: {alive}"
+    assert list(tmp_path.glob("ch/**/*.conda")) == []
+
+
+def _descendants_of(pid: int) -> set[int]:
+    from lmsforge import native_exit
+
+    table = native_exit._processes()
+    found, parents = set(), {pid}
+    while True:
+        new = {p for p, (ppid, _, _) in table.items() if ppid in parents and p not in found}
+        if not new:
+            return found
+        found |= new
+        parents |= new
 
 
 @pytest.mark.slow
