@@ -34,12 +34,12 @@ def test_the_failed_builds_script_log_is_found_and_older_ones_ignored(tmp_path):
 def test_no_script_log_means_the_exception_alone(tmp_path):
     start = time.monotonic()
     assert build._script_log(tmp_path, start) is None
-    where = build._write_log(None, tmp_path, RuntimeError("Script failed to execute"), None)
+    where = build._write_log(None, tmp_path, "Script failed to execute", None)
     assert where.read_text() == "Script failed to execute"
 
 
 def test_the_full_log_holds_the_exception_and_the_scripts_output(tmp_path):
     log = _script_log(tmp_path, "x", "fatal error: cuda_runtime.h: No such file\n")
-    where = build._write_log(tmp_path / "logs" / "b.log", tmp_path, RuntimeError("boom"), log)
+    where = build._write_log(tmp_path / "logs" / "b.log", tmp_path, "boom", log)
     text = where.read_text()
     assert text.startswith("boom") and "fatal error: cuda_runtime.h" in text
