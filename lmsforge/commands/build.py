@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmsforge import ui
-from lmsforge.packaging import plan as build_plan, rattler as build, recipes, toolchain
+from lmsforge.packaging import (plan as build_plan, rattler as build, recipes, runtime_needs,
+                                toolchain)
 from lmsforge.channel import publisher
 from lmsforge.series import catalogue, manifest as series_mod
 from lmsforge.upstream import tree as upstream
@@ -53,7 +54,9 @@ def run(opts: Options, framework: str, tag: str, profile: str, platform: str,
         recipe_dir = opts.cache.build_dir(framework, tag, f"recipe-{profile}-{platform}")
         rendered = recipes.render(framework, tag, profile, platform, recipe_dir,
                                   series=identity, source_tree=tree_path, variants=variants,
-                                  build_facts=tools.metadata() if tools else None)
+                                  build_facts=tools.metadata() if tools else None,
+                                  licenses=tools.licenses if tools else None,
+                                  cuda_license=_cuda_runtime_license(profile, platform, matrix))
         todo = _not_yet_in_channel(rendered, plan, channel, identity)
         for combination in todo:
             label = ", ".join(f"{k}={v}" for k, v in combination.items()) or "default"
@@ -75,6 +78,16 @@ def run(opts: Options, framework: str, tag: str, profile: str, platform: str,
                  f"{identity.series_hash[:12]}, upstream {tree_identity.kind} "
                  f"{tree_identity.sha256 or tree_identity.commit})")
     return 0
+
+
+def _cuda_runtime_license(profile: str, platform: str,
+                          matrix: list[dict[str, str]]) -> Path | None:
+    """The CUDA runtime's licence, when a core CUDA variant (which carries libcudart) is built."""
+    cuda = toolchain.host_cuda(platform)
+    if profile != "core" or cuda is None or all(
+            c.get("cuda_version", "None") == "None" for c in matrix):
+        return None
+    return runtime_needs.cuda_runtime_license(cuda.home)
 
 
 def _not_yet_in_channel(rendered: recipes.RenderResult, plan: build_plan.BuildPlan,

@@ -35,7 +35,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 from lmsforge.channel import installer, publisher
 from lmsforge.errors import CheckFailed, UsageError
 from lmsforge.packaging.plan import plan
-from lmsforge.packaging import build_child
+from lmsforge.packaging import build_child, runtime_needs
 from lmsforge.packaging.recipes import RenderResult, variant_values
 from lmsforge.packaging.toolchain import HOST_PLATFORM, Toolchain, host_cuda
 
@@ -106,7 +106,8 @@ def build_variant(rendered: RenderResult, combination: Mapping[str, str], output
     seconds = time.monotonic() - start
     packages = tuple(_built(Path(p)) for p in outcome.packages)
     publisher.make_servable([p.path for p in packages])
-    audit = audit_packages(packages, combination, rendered.platform)
+    audit = audit_packages(packages, combination, rendered.platform,
+                           self_contained=rendered.profile == "core")
     return BuildResult(dict(combination), packages, seconds, output_dir, tuple(audit))
 
 
@@ -232,8 +233,10 @@ def _built(path: Path) -> BuiltPackage:
 
 
 def audit_packages(packages: Sequence[BuiltPackage], combination: Mapping[str, str],
-                   platform: str) -> list[str]:
-    """Check every package; return what passed, raise ``CheckFailed`` on the first failure."""
+                   platform: str, self_contained: bool = False) -> list[str]:
+    """Check every package; return what passed, raise ``CheckFailed`` on the first failure.
+    SELF_CONTAINED packages (the core profile's) must carry every library they load that the
+    system does not have, and declare the glibc they need."""
     passed = []
     siblings = {p.name: p for p in packages}
     for package in packages:
@@ -242,6 +245,8 @@ def audit_packages(packages: Sequence[BuiltPackage], combination: Mapping[str, s
         passed.append(_audit_cuda(package, contents, combination))
         passed.append(_audit_elf(package, contents, platform))
         passed.append(_audit_licenses(package, contents))
+        if self_contained:
+            passed.append(_audit_runtime_needs(package, contents))
     return [line for line in passed if line]
 
 
@@ -336,6 +341,36 @@ def _audit_licenses(package: BuiltPackage, contents: PackageContents) -> str:
         raise CheckFailed(f"{package.path.name}: no license files in info/licenses; set "
                           "about.license_file in the recipe")
     return f"{package.path.name}: license files {', '.join(sorted(licenses))}"
+
+
+def _audit_runtime_needs(package: BuiltPackage, contents: PackageContents) -> str:
+    """Every library a binary loads is in the package or on every system (or the driver's), and
+    the declared ``__glibc`` floor covers the newest glibc symbol a binary uses."""
+    declared = next((dep.split(">=", 1)[1].strip() for dep in contents.index.get("depends", [])
+                     if dep.split()[0] == "__glibc" and ">=" in dep), None)
+    shipped = {Path(name).name for name in contents.payload}
+    newest = None
+    for name, data in sorted(contents.payload.items()):
+        if data[:4] != b"\x7fELF":
+            continue
+        needs = runtime_needs.elf_needs(data)
+        missing = [lib for lib in needs.libraries
+                   if lib not in shipped and not runtime_needs.SYSTEM_LIBRARIES.match(lib)]
+        if missing:
+            raise CheckFailed(f"{package.path.name}: {name} loads {', '.join(missing)}, which the "
+                              "package neither carries nor declares; copy it in (build.sh) or "
+                              "add the package that has it to the run requirements")
+        if needs.glibc and (newest is None or runtime_needs.version_key(needs.glibc) >
+                            runtime_needs.version_key(newest)):
+            newest = needs.glibc
+    if newest is None:
+        return ""
+    if declared is None or runtime_needs.version_key(declared) < runtime_needs.version_key(newest):
+        raise CheckFailed(f"{package.path.name}: its binaries need glibc {newest} but the package "
+                          f"declares {'__glibc >=' + declared if declared else 'no __glibc'}; "
+                          "declare the toolchain's glibc in the recipe's run requirements")
+    return f"{package.path.name}: needs glibc {newest} (declares __glibc >={declared}); " \
+           "every library it loads is in it or on every system"
 
 
 def package_identity(path: Path) -> dict:

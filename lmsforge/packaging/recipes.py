@@ -220,13 +220,17 @@ def render(framework: str, tag: str, profile: str, platform: str, out_dir: Path,
            series: SeriesIdentity, source_tree: Path | None = None,
            variants: Mapping[str, Sequence[str]] | None = None,
            build_facts: Mapping[str, str] | None = None,
+           licenses: Mapping[str, Path] | None = None, cuda_license: Path | None = None,
            recipes_root: Path = RECIPES_ROOT) -> RenderResult:
     """Render the recipe for (FRAMEWORK, TAG, PROFILE) into OUT_DIR and the matrix for PLATFORM.
 
     SOURCE_TREE is the applied tree the recipe builds from (``render`` alone may leave it out: a
     placeholder path is used). VARIANTS narrows the matrix (``parse_variant_args``); a value the
     tag does not support on PLATFORM is a ``UsageError``. BUILD_FACTS (the toolchain, the
-    sysroot) are recorded in the package's metadata beside the series identity.
+    sysroot) are recorded in the package's metadata beside the series identity; its ``glibc``
+    becomes the packages' ``__glibc`` floor. LICENSES (name -> text) are the licences of what the
+    packages carry besides the framework, CUDA_LICENSE the CUDA runtime's (CUDA variants carry
+    libcudart): copied beside the recipe and shipped in each package's info/licenses.
     """
     if framework not in PROFILES:
         raise UsageError(f"unknown framework {framework}; choose one of: {', '.join(PROFILES)}")
@@ -241,8 +245,9 @@ def render(framework: str, tag: str, profile: str, platform: str, out_dir: Path,
     template_dir = recipes_root / framework / profile
     out_dir.mkdir(parents=True, exist_ok=True)
     facts = {"platform": platform, **(build_facts or {})}
+    shipped = _copy_licenses(out_dir, licenses or {}, cuda_license)
     _write_recipe(template_dir, out_dir, tag, tag_variants, series, profile,
-                  source_tree or out_dir / "source-tree-placeholder", facts)
+                  source_tree or out_dir / "source-tree-placeholder", facts, shipped)
     outputs = tuple(_rattler_outputs(out_dir, tag_variants, combo, platform) for combo in matrix)
     return RenderResult(framework, tag, profile, platform, out_dir, tuple(matrix), outputs,
                         tag_variants)
@@ -250,7 +255,7 @@ def render(framework: str, tag: str, profile: str, platform: str, out_dir: Path,
 
 def _write_recipe(template_dir: Path, out_dir: Path, tag: str, tag_variants: TagVariants,
                   series: SeriesIdentity, profile: str, source_tree: Path,
-                  facts: Mapping[str, str]) -> None:
+                  facts: Mapping[str, str], licenses: Mapping[str, list[str]]) -> None:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(template_dir)),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              variable_start_string="[[", variable_end_string="]]",
@@ -268,6 +273,9 @@ def _write_recipe(template_dir: Path, out_dir: Path, tag: str, tag_variants: Tag
         "description": series.description(),
         "identity_json": json.dumps(identity, sort_keys=True).replace("'", "''"),
         "extra_yaml": "\n".join(f"    {k}: {json.dumps(str(v))}" for k, v in extra.items()),
+        "glibc": facts.get("glibc", ""),
+        "licenses": [json.dumps(f) for f in licenses.get("all", [])],
+        "cuda_licenses": [json.dumps(f) for f in licenses.get("cuda", [])],
     }
     try:
         text = env.get_template("recipe.yaml.j2").render(**context)
@@ -277,6 +285,23 @@ def _write_recipe(template_dir: Path, out_dir: Path, tag: str, tag_variants: Tag
     for path in template_dir.iterdir():
         if path.is_file() and path.name != "recipe.yaml.j2":
             shutil.copy2(path, out_dir / path.name)
+
+
+def _copy_licenses(out_dir: Path, licenses: Mapping[str, Path],
+                   cuda_license: Path | None) -> dict[str, list[str]]:
+    """Copy the licence texts beside the recipe (rattler-build takes license files from the
+    recipe's folder); returns their names relative to it: for every variant, and for CUDA ones."""
+    folder = out_dir / "licenses"
+    shutil.rmtree(folder, ignore_errors=True)
+    shipped: dict[str, list[str]] = {"all": [], "cuda": []}
+    chosen = [("all", name, path) for name, path in sorted(licenses.items())]
+    if cuda_license is not None:
+        chosen.append(("cuda", "cuda-runtime", cuda_license))
+    for kind, name, path in chosen:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, folder / f"{name}.txt")
+        shipped[kind].append(f"licenses/{name}.txt")
+    return shipped
 
 
 def variant_values(tag_variants: TagVariants, combo: Mapping[str, str],

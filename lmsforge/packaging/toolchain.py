@@ -19,11 +19,11 @@ import json
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lmsforge.errors import LmsforgeError, UsageError
-from lmsforge.packaging import sysroot
+from lmsforge.packaging import runtime_needs, sysroot
 from lmsforge.upstream import debian
 from lmsforge.verify.pytorch_c10 import inputs as c10_inputs
 
@@ -75,12 +75,16 @@ class Toolchain:
     cross_from: str | None
     sysroot: sysroot.Sysroot | None
     cmake_toolchain_file: Path | None
+    glibc: str = ""  # of the C library the compiler links against: the packages' floor
+    licenses: dict[str, Path] = field(default_factory=dict)  # of what the packages carry
 
     def metadata(self) -> dict[str, str]:
         """What package metadata records about how it was built."""
         record = {"platform": self.platform,
                   "toolchain": self.compiler + (f" (cross from {self.cross_from})"
                                                 if self.cross_from else " (native)")}
+        if self.glibc:
+            record["glibc"] = self.glibc
         if self.sysroot:
             record["sysroot"] = f"Debian {' '.join(self.sysroot.suites)} {self.sysroot.arch}: " \
                                 f"{self.sysroot.describe()}"
@@ -108,14 +112,18 @@ def prepare(platform: str, cache_root: Path, work_dir: Path) -> Toolchain:
         raise LmsforgeError(f"{declared.compiler} not found although its Debian package is "
                             f"installed; check PATH or install {declared.debian_packages[0]}")
     if declared.cross_triplet is None:
-        return Toolchain(platform, compiler, None, None, None)
+        return Toolchain(platform, compiler, None, None, None,
+                         runtime_needs.glibc_of(declared.compiler),
+                         runtime_needs.debian_licenses(None))
     assert declared.target_arch and declared.cmake_processor
     root = sysroot.ensure(cache_root, declared.target_arch, declared.sysroot_packages,
                           f"core builds for {platform}")
     work_dir.mkdir(parents=True, exist_ok=True)
     toolchain_file = work_dir / f"{platform}.toolchain.cmake"
     toolchain_file.write_text(cmake_toolchain(declared, root.path))
-    return Toolchain(platform, compiler, HOST_PLATFORM, root, toolchain_file)
+    return Toolchain(platform, compiler, HOST_PLATFORM, root, toolchain_file,
+                     runtime_needs.glibc_of(declared.compiler),
+                     runtime_needs.debian_licenses(root.path))
 
 
 def cmake_toolchain(declared: PlatformInputs, root: Path) -> str:

@@ -164,6 +164,49 @@ def test_readme_build_command_adds_the_host_cuda_variant(builds, work):
     assert "already in the channel" in result.stdout  # the CPU package of the run before
 
 
+def _read_independently(package: Path) -> tuple[dict[str, bytes], set[str]]:
+    """A package's info files (name -> bytes) and payload names, read with conda's own
+    conda-package-streaming, not with lmsforge's reader."""
+    from conda_package_streaming import package_streaming
+
+    info = {}
+    for tar, member in package_streaming.stream_conda_component(str(package), component="info"):
+        if member.isfile():
+            info[member.name] = tar.extractfile(member).read()
+    payload = {member.name for _, member in
+               package_streaming.stream_conda_component(str(package), component="pkg")}
+    return info, payload
+
+
+def test_every_package_declares_what_it_needs_and_carries_its_licences(builds, work):
+    """Read with an independent tool, every core package: declares the glibc it needs and (CUDA)
+    the driver; carries each library it loads that no system has (libcpuinfo; libcudart for
+    CUDA) with the licence of each; names its homepage; has a test section that runs the LMS
+    core tests (issue 27 item 1)."""
+    assert builds["readme"].returncode == 0 and builds["ppc64le"].returncode == 0
+    packages = _packages(work, "linux-64") + _packages(work, "linux-ppc64le")
+    assert len(packages) >= 2
+    for package in packages:
+        info, payload = _read_independently(package)
+        index = json.loads(info["info/index.json"])
+        about = json.loads(info["info/about.json"])
+        cuda = index["build"].startswith("cuda")
+        depends = {d.split()[0]: d for d in index["depends"]}
+        assert re.fullmatch(r"__glibc >=2\.\d+", depends.get("__glibc", "")), index["depends"]
+        assert ("__cuda" in depends) == cuda, index["depends"]
+        assert about.get("home", "").rstrip("/") == "https://pytorch.org", about
+        licences = {Path(n).name for n in info if n.startswith("info/licenses/")}
+        assert {"LICENSE", "cpuinfo.txt", "fmt.txt", "googletest.txt"} <= licences, licences
+        assert any(n.startswith("lib/libcpuinfo.so") for n in payload), sorted(payload)
+        if cuda:
+            assert "cuda-runtime.txt" in licences, licences
+            assert any(n.startswith("lib/libcudart.so.") for n in payload), sorted(payload)
+        else:
+            assert "cuda-runtime.txt" not in licences
+        tests = [v for n, v in info.items() if n.startswith("info/tests/")]
+        assert any(b"lms_core_tests" in v for v in tests), sorted(info)
+
+
 def test_a_build_shows_its_own_lines_as_it_runs(builds, work):
     """On a log (not a terminal), every line of rattler-build's output and the build script's
     comes out while the build runs, and lands in the build log: the README build used to say

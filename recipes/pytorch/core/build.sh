@@ -35,6 +35,14 @@ done
 cpuinfo=$(sed -n 's/^CPUINFO_LIBRARY:FILEPATH=//p' build/CMakeCache.txt)
 soname=$(readelf -d "${cpuinfo}" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 cp -L "${cpuinfo}" "${PREFIX}/lib/${soname:?no soname in ${cpuinfo}}"
+# So does the CUDA runtime c10_cuda loads (its licence is among the recipe's license files): a
+# user's channel may have no cuda-cudart, and the driver (__cuda) does not bring it.
+if [ "${cuda}" = ON ]; then
+  cudart=$(readelf -d build/libc10_cuda.so | sed -n 's/.*(NEEDED).*\[\(libcudart[^]]*\)\].*/\1/p')
+  found=$(find -L "${LMS_CUDA_HOME}" -name "${cudart:?libc10_cuda.so needs no libcudart}" \
+            -path "*lib*" | head -n 1)
+  cp -L "${found:?no ${cudart} in ${LMS_CUDA_HOME}}" "${PREFIX}/lib/${cudart}"
+fi
 # The identity lmsforge rendered, plus this variant's CUDA version.
 printf '%s\n' "${LMS_IDENTITY_JSON%\}}, \"cuda_version\": \"${LMS_CUDA_VERSION}\"}" \
   > "${PREFIX}/share/lmsforge/${PKG_NAME}.json"
