@@ -141,8 +141,8 @@ def _next_step(tree: Path, state: PortState, stopped: port_state.PatchState | No
         return (f"the port was interrupted while starting: {go_on} starts it again, "
                 f"`{command(state, tree, 'abort')}` removes it")
     if state.phase == "finish":
-        written = state.finish is not None and state.finish.series_hash and \
-            port_finish.holds_series(state.series_folder, state.finish.series_hash)
+        written = state.finish is not None and \
+            port_finish.is_ours(state.series_folder, state.finish)
         return (f"every patch is in; {'the series is written, ' if written else ''}{go_on} "
                 "finishes the port")
     if stopped is not None and state.current is None:

@@ -31,8 +31,7 @@ def finish(tree: Path, state: PortState) -> Path:
     """Export the series into the patches folder: restartable, and undone by --abort."""
     folder = state.series_folder
     journal = state.finish
-    if journal is not None and journal.series_hash and \
-            holds_series(folder, journal.series_hash):
+    if journal is not None and is_ours(folder, journal):
         _finalize(tree, state)  # killed after the series was in place
         return folder
     if journal is None:
@@ -48,6 +47,9 @@ def finish(tree: Path, state: PortState) -> Path:
         state.finish = journal
         state.save(tree)
     staging = Path(journal.staging)
+    if journal.series_hash or journal.placed:  # about to be remade: it names nothing any more
+        journal.series_hash, journal.placed = "", ""
+        state.save(tree)
     shutil.rmtree(staging, ignore_errors=True)
     clear_scratch(tree)
     staging.mkdir(parents=True)
@@ -73,10 +75,34 @@ def finish(tree: Path, state: PortState) -> Path:
     port_report.write_report(staging / "PORT-REPORT.md", state, tree,
                              {e.id: e.file for e in entries}, recorded)
     journal.series_hash = new.content_hash()
+    journal.placed = _folder_id(staging)
     state.save(tree)
-    staging.rename(folder)  # atomic; replaces the folder when it existed empty
+    try:
+        staging.rename(folder)  # atomic; replaces the folder when it existed empty
+    except OSError as exc:
+        if not folder.is_dir() or not any(folder.iterdir()):
+            raise
+        raise UsageError(f"{folder} was written meanwhile by something else, another port to "
+                         f"{state.to_tag} perhaps; this port's series is in {staging}. Keep one: "
+                         f"move {folder} away and `{command(state, tree, 'continue')}`, or "
+                         f"`{command(state, tree, 'abort')}`") from exc
     _finalize(tree, state)
     return folder
+
+
+def is_ours(folder: Path, journal: FinishJournal) -> bool:
+    """Whether FOLDER is the series this port wrote: its staged folder, renamed into place, with
+    the series it staged (the same content from another port does not count)."""
+    return bool(journal.series_hash and journal.placed) and \
+        _folder_id(folder) == journal.placed and holds_series(folder, journal.series_hash)
+
+
+def _folder_id(folder: Path) -> str:
+    try:
+        found = folder.stat()
+    except OSError:
+        return ""
+    return f"{found.st_dev}:{found.st_ino}"
 
 
 def holds_series(folder: Path, series_hash: str) -> bool:
@@ -115,7 +141,7 @@ def undo_finish(state: PortState) -> None:
     assert journal is not None
     shutil.rmtree(journal.staging, ignore_errors=True)
     folder = state.series_folder
-    if journal.series_hash and holds_series(folder, journal.series_hash):
+    if is_ours(folder, journal):
         shutil.rmtree(folder)
         if journal.folder_existed:
             folder.mkdir()

@@ -53,6 +53,10 @@ class FinishJournal:
     rr_cache_existed: bool  # the shared resolution cache folder existed before
     rr_added: list[str] = field(default_factory=list)  # resolution ids this port added
     series_hash: str = ""  # set once the staged series is complete: recognises a finished port
+    # "device:inode" of the staged folder, which the rename keeps: the series folder is this
+    # port's only while it is that folder. Another port to the same tag writes the same series
+    # (the same hash) into a folder of its own, which this port must neither claim nor remove.
+    placed: str = ""
 
 
 @dataclass

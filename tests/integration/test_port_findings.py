@@ -376,6 +376,39 @@ def test_f8_a_kill_after_the_series_is_written_is_recognised_as_finished(git_ser
     assert leftovers(git_series, into, tmp_path) == []
 
 
+# --- torture finding 3: one port never claims or removes another port's series -----------------
+
+
+def test_a_port_never_claims_or_removes_the_series_another_port_wrote(git_series, tmp_path):
+    """Two ports to the same tag: pA killed while it exports, then pB ports to the end. The same
+    series content is not pA's: its --continue refuses in one line (it was an internal error),
+    its --status does not call the series written, and its --abort removes only what pA made
+    (it removed pB's series and report: port-torture-2026-11-26 row 3)."""
+    first, second = tmp_path / "pA", tmp_path / "pB"
+    killed = lmsforge_process(start_args(git_series, "v1.1.0", first), tmp_path,
+                              kill=FINISH_KILLS[0])
+    assert killed.returncode == -9, killed.stderr
+    done = start(git_series, "v1.1.0", second)
+    assert done.exit_code == 0, done.output
+    folder = git_series["patches"] / "toy" / "v1.1.0"
+    theirs = snapshot(folder)
+    assert "PORT-REPORT.md" in {Path(name).name for name in theirs}
+
+    refused = port(git_series, first, "--continue")
+    assert refused.exit_code == 2, refused.output
+    line = one_line_error(refused)
+    assert str(folder) in line and "--abort" in line, line
+    assert "the series is written" not in port(git_series, first, "--status").stdout
+    assert snapshot(folder) == theirs
+
+    undone = port(git_series, first, "--abort")
+    assert undone.exit_code == 0, undone.output
+    assert snapshot(folder) == theirs
+    assert not first.exists()
+    assert [p.name for p in (git_series["patches"] / "toy").iterdir()
+            if p.name.startswith(".")] == []
+
+
 # --- F6: a refused --continue keeps the conflict ------------------------------------------------
 
 
