@@ -641,6 +641,24 @@ def tilde_in_environment(env: Env) -> None:
     assert (home / "tilde-cache" / "archives").is_dir()
 
 
+def from_an_empty_folder(code: int, says: str,
+                         args: Callable[[Env], list[str]]) -> Callable[[Env], None]:
+    """A command run as a separate process from an empty current folder: exit CODE with SAYS in
+    its one error line, and the folder still empty (K25: `file://lms-channel` named the current
+    folder, and publish wrote the channel there)."""
+    def run(env: Env) -> None:
+        cwd = make_dir("emptycwd")(env)
+        proc = subprocess.run([sys.executable, "-m", "lmsforge", *env.base_args(), *args(env)],
+                              capture_output=True, text=True, timeout=300, cwd=cwd,
+                              check=False)
+        shown = f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
+        assert proc.returncode == code, shown
+        errors = error_lines(Outcome(proc.returncode, proc.stdout, proc.stderr))
+        assert len(errors) == 1 and says in errors[0], shown
+        assert sorted(p.name for p in cwd.iterdir()) == [], shown
+    return run
+
+
 def stdout_that_fails(how: str, code: int, says: str | None,
                       args: Callable[[Env], list[str]]) -> Callable[[Env], None]:
     """A command whose standard output is a full device, a reader that went away, or closed
@@ -1073,6 +1091,19 @@ CASES: list[Case] = [
     # E13: an ASCII-only output encoding (finding 14)
     Case("E13", lambda env: ["list"], 0, "toy", how="process",
          environ={"PYTHONIOENCODING": "ascii"}),
+    # K25: a file:// URL with a host part names no folder; every --channel refuses it (finding 11)
+    *[Case(row, lambda env: [], 0, "", run=from_an_empty_folder(
+        2, "a file:// URL with a host part (lms-channel); write file:///abs/path", args))
+      for row, args in (
+          ("K25", lambda env: ["publish", "--channel", "file://lms-channel",
+                               str(make_conda(env.root / "pkgs"))]),
+          ("K25b", lambda env: ["--patches-dir", str(REPO / "patches"), "test", "-f", "pytorch",
+                                "-t", "v2.6.0", "--channel", "file://lms-channel"]),
+          ("K25c", lambda env: ["--patches-dir", str(REPO / "patches"), "build", "-f",
+                                "pytorch", "-t", "v2.6.0", "--channel", "file://lms-channel"]))],
+    Case("K25d", lambda env: ["publish", "--channel", (env.root / "ch-uri").as_uri(),
+                              str(make_conda(env.root / "pkgs"))], 0, "1 added",
+         check=lambda env: (env.root / "ch-uri" / "linux-64" / "hello-1.0-h0_0.conda").stat()),
     Case("F14", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--mirror",
                              str(env.root / "gone.git")], 1, "check the network"),
 ]
