@@ -119,6 +119,10 @@ def verify(*extra: str) -> Setup:
     return lambda env: ["verify", "-f", "toy", "-t", "v1.0.0", *extra]
 
 
+def verify_tag(tag: str, *extra: str) -> Setup:
+    return lambda env: ["verify", "-f", "toy", "-t", tag, *extra]
+
+
 def patch_file(env: Env, name: str = "0020-allocator-hook.patch") -> Path:
     return env.series / name
 
@@ -235,6 +239,44 @@ def series_copied_to_v2(env: Env) -> None:
     shutil.copytree(env.series, folder)
     edit_manifest(lambda d: d.update(tag="v2.0.0"))(
         Env(env.root, env.patches, folder, env.tree, env.cache, env.upstream, env.archive))
+
+
+def framework_renamed(name: str) -> Callable[[Env], None]:
+    """The toy framework copied to patches/NAME, declared and exported as NAME (Q07)."""
+    def action(env: Env) -> None:
+        folder = env.patches / name
+        shutil.copytree(env.patches / "toy", folder)
+        upstream_yaml = folder / "upstream.yaml"
+        data = yaml.safe_load(upstream_yaml.read_text())
+        upstream_yaml.write_text(yaml.safe_dump({**data, "framework": name}, sort_keys=False))
+        edit_manifest(lambda d: d.update(framework=name))(
+            Env(env.root, env.patches, folder / "v1.0.0", env.tree, env.cache, env.upstream,
+                env.archive))
+    return action
+
+
+def series_folder_named(tag: str) -> Callable[[Env], None]:
+    """The v1.0.0 series copied to an undeclared tag folder TAG (Q07b)."""
+    def action(env: Env) -> None:
+        folder = env.patches / "toy" / tag
+        shutil.copytree(env.series, folder)
+        edit_manifest(lambda d: d.update(tag=tag))(
+            Env(env.root, env.patches, folder, env.tree, env.cache, env.upstream, env.archive))
+    return action
+
+
+def declared_tag(tag: str) -> Callable[[Env], None]:
+    def action(env: Env) -> None:
+        path = env.patches / "toy" / "upstream.yaml"
+        data = yaml.safe_load(path.read_text())
+        data["tags"][tag] = {}
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return action
+
+
+def nothing_recorded(env: Env) -> None:
+    cache_has_no_trees(env)
+    assert not (env.cache / "reports").exists(), "a result was recorded"
 
 
 def nothing_left_in_partial(env: Env) -> None:
@@ -1104,6 +1146,17 @@ CASES: list[Case] = [
     Case("K25d", lambda env: ["publish", "--channel", (env.root / "ch-uri").as_uri(),
                               str(make_conda(env.root / "pkgs"))], 0, "1 added",
          check=lambda env: (env.root / "ch-uri" / "linux-64" / "hello-1.0-h0_0.conda").stat()),
+    # Q07: framework and tag names that a git branch (lms/<framework>/<tag>) cannot hold are
+    # refused where they are declared, before any work or recorded result (finding 17)
+    Case("Q07", then(framework_renamed("t y"), lambda env: ["verify", "-f", "t y", "-t",
+                                                            "v1.0.0"]), 2,
+         "framework 't y' cannot be part of a git branch name (it contains ' ')",
+         check=nothing_recorded),
+    Case("Q07b", then(series_folder_named("v1 0"), verify_tag("v1 0")), 2,
+         "tag 'v1 0' cannot be part of a git branch name", check=nothing_recorded),
+    Case("Q07c", then(declared_tag("v1..0"), verify()), 2,
+         "tag 'v1..0' cannot be part of a git branch name (it contains '..')",
+         check=nothing_recorded),
     Case("F14", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--mirror",
                              str(env.root / "gone.git")], 1, "check the network"),
 ]
