@@ -279,6 +279,26 @@ def nothing_recorded(env: Env) -> None:
     assert not (env.cache / "reports").exists(), "a result was recorded"
 
 
+def new_file_rewritten(*pairs: tuple[bytes, bytes]) -> Callable[[Env], None]:
+    """0010's new file src/lms.c rewritten by PAIRS (old, new), with patch_id and series_hash
+    recomputed, so the series is "valid" as a careful hand-editor leaves it (Q04-Q06)."""
+    def action(env: Env) -> None:
+        def change(data: bytes) -> bytes:
+            for old, new in pairs:
+                assert old in data, old
+                data = data.replace(old, new)
+            return data
+        rewrite("0010-lms-core.patch", change)(env)
+        recompute_ids(env)
+    return action
+
+
+def nowhere_outside(env: Env) -> None:
+    """Nothing was applied: no work tree, no result, no escaped file."""
+    nothing_recorded(env)
+    assert not (env.root.parent / "escape.txt").exists()
+
+
 def nothing_left_in_partial(env: Env) -> None:
     partial = env.cache / "partial"
     left = sorted(p.name for p in partial.iterdir()) if partial.is_dir() else []
@@ -1157,6 +1177,25 @@ CASES: list[Case] = [
     Case("Q07c", then(declared_tag("v1..0"), verify()), 2,
          "tag 'v1..0' cannot be part of a git branch name (it contains '..')",
          check=nothing_recorded),
+    # Q04-Q06: a patch that writes outside the tree, or adds a symlink out of it, is refused
+    # when the series is validated, before anything is applied (finding 25)
+    Case("Q04", then(new_file_rewritten((b"src/lms.c", b"../../escape.txt")), verify()), 2,
+         "0010-lms-core.patch: patch writes outside the tree: ../../escape.txt",
+         check=nowhere_outside),
+    Case("Q05", then(new_file_rewritten((b"a/src/lms.c", b"a//tmp/escape.txt"),
+                                        (b"b/src/lms.c", b"b//tmp/escape.txt")), verify()), 2,
+         "0010-lms-core.patch: patch writes outside the tree: /tmp/escape.txt",
+         check=nowhere_outside),
+    Case("Q06", then(new_file_rewritten((b"new file mode 100644", b"new file mode 120000"),
+                                        (b"+int lms_reclaim(void) { return 0; }",
+                                         b"+../../outside")), verify()), 2,
+         "patch adds a symlink pointing outside the tree: src/lms.c -> ../../outside",
+         check=nowhere_outside),
+    Case("Q06b", then(new_file_rewritten((b"new file mode 100644", b"new file mode 120000"),
+                                         (b"+int lms_reclaim(void) { return 0; }",
+                                          b"+/etc/passwd")), verify()), 2,
+         "patch adds a symlink pointing outside the tree: src/lms.c -> /etc/passwd",
+         check=nowhere_outside),
     Case("F14", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--mirror",
                              str(env.root / "gone.git")], 1, "check the network"),
 ]
