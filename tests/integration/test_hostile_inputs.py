@@ -299,6 +299,17 @@ def nowhere_outside(env: Env) -> None:
     assert not (env.root.parent / "escape.txt").exists()
 
 
+def verified_by_older_lmsforge(env: Env) -> None:
+    """The report an lmsforge before 0.2.0 leaves: verify.json without a series hash, and no
+    by-series/ copy (E03)."""
+    verified(env)
+    folder = env.cache / "reports" / "toy" / "v1.0.0"
+    shutil.rmtree(folder / "by-series")
+    report = json.loads((folder / "verify.json").read_text())
+    del report["series_hash"]
+    (folder / "verify.json").write_text(json.dumps(report))
+
+
 def nothing_left_in_partial(env: Env) -> None:
     partial = env.cache / "partial"
     left = sorted(p.name for p in partial.iterdir()) if partial.is_dir() else []
@@ -1196,6 +1207,14 @@ CASES: list[Case] = [
                                           b"+/etc/passwd")), verify()), 2,
          "patch adds a symlink pointing outside the tree: src/lms.c -> /etc/passwd",
          check=nowhere_outside),
+    # E03: a report from an lmsforge that recorded no series hash is not "other content"
+    # (finding 21)
+    Case("E03", then(verified_by_older_lmsforge, lambda env: ["list"]), 0,
+         "verified by an older lmsforge (no series hash recorded)",
+         environ={"COLUMNS": "300"}),
+    Case("E03b", then(verified_by_older_lmsforge, lambda env: ["status", "--tree",
+                                                               str(env.tree)]), 0,
+         "verify    verified by an older lmsforge (no series hash recorded)"),
     Case("F14", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--mirror",
                              str(env.root / "gone.git")], 1, "check the network"),
 ]
