@@ -70,6 +70,8 @@ def run(opts: Options, framework: str, tag: str, profile: str, platform: str,
             for line in result.audit:
                 ui.out.print(f"  audit: {line}")
             added = publisher.publish([p.path for p in result.packages], channel)
+            for warning in added.warnings:
+                ui.err.print(f"warning: {warning}", markup=False)
             published.extend(added.added)
     ui.out.print(f"local channel: {channel} ({len(published)} package(s) added; series hash "
                  f"{identity.series_hash[:12]}, upstream {tree_identity.kind} "

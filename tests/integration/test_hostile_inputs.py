@@ -310,6 +310,18 @@ def verified_by_older_lmsforge(env: Env) -> None:
     (folder / "verify.json").write_text(json.dumps(report))
 
 
+def misplaced_in_noarch(env: Env) -> None:
+    """A linux-64 package copied into the channel's noarch/ by hand (K10)."""
+    shutil.copy2(make_conda(env.root / "by-hand", name="stray"), channel(env) / "noarch")
+
+
+def misplaced_left_unlisted(env: Env) -> None:
+    noarch = channel(env) / "noarch"
+    assert (noarch / "stray-1.0-h0_0.conda").is_file(), "the user's file was removed"
+    for index in ("repodata.json", "current_repodata.json"):
+        assert "stray-1.0-h0_0.conda" not in (noarch / index).read_text(), index
+
+
 def nothing_left_in_partial(env: Env) -> None:
     partial = env.cache / "partial"
     left = sorted(p.name for p in partial.iterdir()) if partial.is_dir() else []
@@ -1215,6 +1227,11 @@ CASES: list[Case] = [
     Case("E03b", then(verified_by_older_lmsforge, lambda env: ["status", "--tree",
                                                                str(env.tree)]), 0,
          "verify    verified by an older lmsforge (no series hash recorded)"),
+    # K10: a package whose own subdir is not the folder it sits in stays out of that folder's
+    # index, with a warning (finding 22)
+    Case("K10", then(misplaced_in_noarch, publish_package("linux-64")), 0,
+         "warning: noarch/stray-1.0-h0_0.conda declares subdir 'linux-64' in its "
+         "info/index.json, so it was left out of noarch's index", check=misplaced_left_unlisted),
     Case("F14", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--mirror",
                              str(env.root / "gone.git")], 1, "check the network"),
 ]
