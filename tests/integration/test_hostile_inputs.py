@@ -744,6 +744,39 @@ def from_an_empty_folder(code: int, says: str,
     return run
 
 
+def archive_sha(env: Env) -> str:
+    return hashlib.sha256(env.archive.read_bytes()).hexdigest()
+
+
+def on_a_terminal(columns: int, args: Callable[[Env], list[str]],
+                  expected: Callable[[Env], list[str]]) -> Callable[[Env], None]:
+    """A command on a pseudo-terminal COLUMNS wide (O01-O02): every EXPECTED line is in its
+    output whole, none cut or drawn in a column of no width."""
+    def run(env: Env) -> None:
+        main, side = os.openpty()
+        proc = subprocess.Popen([sys.executable, "-m", "lmsforge", *env.base_args(), *args(env)],
+                                stdin=side, stdout=side, stderr=side, close_fds=True,
+                                env={**os.environ, "COLUMNS": str(columns), "TERM": "xterm"})
+        os.close(side)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # EIO: the terminal's other side closed
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(main)
+        proc.wait(timeout=300)
+        text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))
+        lines = [line.rstrip() for line in text.replace("\r", "").splitlines()]
+        assert proc.returncode == 0, text
+        for line in expected(env):
+            assert line in lines, f"{line!r} not in the output:\n{text}"
+    return run
+
+
 def stdout_that_fails(how: str, code: int, says: str | None,
                       args: Callable[[Env], list[str]]) -> Callable[[Env], None]:
     """A command whose standard output is a full device, a reader that went away, or closed
@@ -1232,6 +1265,12 @@ CASES: list[Case] = [
     Case("K10", then(misplaced_in_noarch, publish_package("linux-64")), 0,
          "warning: noarch/stray-1.0-h0_0.conda declares subdir 'linux-64' in its "
          "info/index.json, so it was left out of noarch's index", check=misplaced_left_unlisted),
+    # O01-O02: a terminal too narrow for the table gets one record per row (finding 19)
+    *[Case(row, lambda env: [], 0, "", run=on_a_terminal(columns, lambda env: ["list"],
+                                                         lambda env: [
+        "framework: toy", "tag: v1.0.0", "series: 3 patches",
+        f"sources: archive {env.archive.name} ({archive_sha(env)[:12]}…)"]))
+      for row, columns in (("O01", 20), ("O02", 60))],
     Case("F14", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--mirror",
                              str(env.root / "gone.git")], 1, "check the network"),
 ]
