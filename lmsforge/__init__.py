@@ -1,3 +1,3 @@
 """lmsforge: keep Large Model Support alive across PyTorch and TensorFlow releases."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

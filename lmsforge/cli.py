@@ -347,13 +347,13 @@ def render(ctx: click.Context, framework: str, tag: str, profile: str,
               help="Target platform of the packages; linux-ppc64le cross-compiles "
                    "(docs/building.md).")
 @variant_opt
-@click.option("--channel", type=click.Path(file_okay=False, path_type=Path),
-              default="lms-channel", show_default=True,
-              help="Local output channel the packages are added to.")
+@click.option("--channel", default="lms-channel", show_default=True, metavar="DIR",
+              help="Local output channel folder (or file:///abs/path) the packages are added "
+                   "to.")
 @source_options
 @click.pass_context
 def build(ctx: click.Context, framework: str, tag: str, profile: str, platform: str,
-          variant_args: tuple[str, ...], channel: Path, source: str, archive: Path | None,
+          variant_args: tuple[str, ...], channel: str, source: str, archive: Path | None,
           mirror: str | None) -> None:
     """Build conda packages of the patched tree with rattler-build (one call per variant).
 

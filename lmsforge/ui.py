@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from lmsforge.errors import EXIT_FAILED, EXIT_USAGE, LmsforgeError
@@ -104,12 +105,31 @@ def print_json(data: object) -> None:
 
 
 def table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
+    """ROWS as a table, or as records when the table cannot fit: below the width its longest
+    words need, rich draws columns of no width (their content vanishes) or splits words."""
     grid = Table(title=title, show_lines=False)
     for column in columns:
         grid.add_column(column, overflow="fold")
     for row in rows:
         grid.add_row(*row)
-    out.print(grid)
+    if Measurement.get(out, out.options.update_width(1 << 16), grid).minimum > out.width:
+        records(title, columns, rows)
+    else:
+        out.print(grid)
+
+
+def records(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
+    """One ``key: value`` block per row, blocks apart by a blank line; a value of several lines
+    goes on under its first."""
+    blocks = [title] if title else []
+    for row in rows:
+        lines = []
+        for column, value in zip(columns, row):
+            first, *more = str(value).split("\n") or [""]
+            lines.append(f"{column}: {first}")
+            lines.extend(" " * (len(column) + 2) + line for line in more)
+        blocks.append("\n".join(lines))
+    out.print("\n\n".join(blocks), markup=False, highlight=False, soft_wrap=True)
 
 
 def error(message: str) -> None:

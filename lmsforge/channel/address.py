@@ -84,7 +84,7 @@ def parse(text: str | Path) -> ChannelAddress:
     if not scheme:
         return _folder(Path(text).expanduser())
     if scheme == "file":
-        return _folder(Path(urllib.parse.unquote(urllib.parse.urlsplit(text).path)))
+        return _folder(_file_path(text))
     parts = _split(text)
     if scheme == "s3":
         return ChannelAddress(S3, text.rstrip("/"), parts.hostname or "")
@@ -103,6 +103,20 @@ def parse(text: str | Path) -> ChannelAddress:
 
 def _folder(path: Path) -> ChannelAddress:
     return ChannelAddress(FOLDER, path.resolve().as_uri())
+
+
+def _file_path(text: str) -> Path:
+    """The folder a ``file://`` URL names. Only ``file:///abs`` (or ``file://localhost/abs``)
+    names a local folder: in ``file://lms-channel`` the name is the URL's host part, and its
+    path is empty, which would be the current folder."""
+    parts = urllib.parse.urlsplit(text)
+    if parts.netloc.lower() not in ("", "localhost"):
+        raise UsageError(f"channel {redact(text)}: a file:// URL with a host part "
+                         f"({redact(parts.netloc)}); write file:///abs/path or a plain path")
+    if not parts.path:
+        raise UsageError(f"channel {redact(text)}: a file:// URL without a path; write "
+                         "file:///abs/path or a plain path")
+    return Path(urllib.parse.unquote(parts.path))
 
 
 def _split(text: str) -> urllib.parse.SplitResult:

@@ -76,6 +76,34 @@ def merge_into_staging(channel: Path, staging: Path) -> list[Path]:
     return obsolete
 
 
+def drop_misplaced(staging: Path) -> list[str]:
+    """Take out of each freshly indexed ``<subdir>/repodata.json`` in STAGING the packages whose
+    own ``info/index.json`` declares another subdir; return one warning per package.
+
+    ``index_fs`` lists a record with the subdir the package declares, whatever folder it sits
+    in: a linux-64 package copied into ``noarch/`` by hand would be offered to every platform.
+    Such a file is left where it is (it is someone's; ``publish`` itself never puts one there),
+    only unlisted, so the next publish after it is moved indexes it again."""
+    warnings = []
+    for index_file in sorted(staging.glob(f"*/{REPODATA}")):
+        folder = index_file.parent.name
+        data = json.loads(index_file.read_text())
+        changed = False
+        for key in RECORD_KEYS:
+            records = data.get(key, {})
+            for name in sorted(records):
+                declared = records[name].get("subdir")
+                if declared and declared != folder:
+                    del records[name]
+                    changed = True
+                    warnings.append(f"{folder}/{name} declares subdir {declared!r} in its "
+                                    f"info/index.json, so it was left out of {folder}'s index; "
+                                    f"move it to {declared}/ (or remove it)")
+        if changed:
+            _write_json(index_file, data)
+    return warnings
+
+
 def _compress_copies(source: Path, channel_subdir: Path) -> list[Path]:
     """Write every compressed copy of SOURCE (staged) that the channel or the staging folder has,
     and the ``.zst`` always; return the channel's copies in formats we do not write."""

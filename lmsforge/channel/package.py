@@ -38,6 +38,7 @@ class PublishResult:
     unchanged: tuple[str, ...]  # already there with identical bytes
     seconds: float
     indexed: bool = True  # False: a server took the packages but does not list them yet
+    warnings: tuple[str, ...] = ()  # about what the channel already held (a misplaced package)
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,7 @@ def publish_to_folder(infos: Sequence[PackageInfo], folder: Path, *,
         try:
             _stage(folder, staging, infos)
             _index(staging)
+            warnings = channel_index.drop_misplaced(staging)
             obsolete = channel_index.merge_into_staging(folder, staging)
             _commit(folder, staging, infos, obsolete)
         except OSError as exc:  # a folder that changed owner or filled up while we worked
@@ -185,7 +186,8 @@ def publish_to_folder(infos: Sequence[PackageInfo], folder: Path, *,
             shutil.rmtree(staging, ignore_errors=True)
     finally:
         lock.release()
-    return PublishResult(str(folder), tuple(added), tuple(unchanged), time.monotonic() - start)
+    return PublishResult(str(folder), tuple(added), tuple(unchanged), time.monotonic() - start,
+                         warnings=tuple(warnings))
 
 
 def _sweep_leftovers(folder: Path) -> None:

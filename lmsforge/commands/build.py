@@ -13,7 +13,7 @@ from pathlib import Path
 from lmsforge import ui
 from lmsforge.packaging import (plan as build_plan, rattler as build, recipes, runtime_needs,
                                 toolchain)
-from lmsforge.channel import publisher
+from lmsforge.channel import address as channel_address, publisher
 from lmsforge.series import catalogue, manifest as series_mod
 from lmsforge.upstream import tree as upstream
 from lmsforge.packaging.identity import series_identity
@@ -23,7 +23,9 @@ from lmsforge.verify import apply_level
 
 
 def run(opts: Options, framework: str, tag: str, profile: str, platform: str,
-        variant_args: list[str], channel: Path, fetch_kwargs: dict[str, object]) -> int:
+        variant_args: list[str], channel_arg: str | Path,
+        fetch_kwargs: dict[str, object]) -> int:
+    channel = _local_channel(channel_arg)  # a malformed channel fails before any work
     sources = catalogue.sources_for(opts.patches_dir, framework)
     series = series_mod.load(catalogue.series_folder(opts.patches_dir, sources, tag))
     variants = recipes.parse_variant_args(variant_args)
@@ -33,7 +35,6 @@ def run(opts: Options, framework: str, tag: str, profile: str, platform: str,
         toolchain.check_host(platform)
     plan = build_plan.plan(profile, platform, matrix, toolchain.host_cuda(platform),
                            variants.get("cuda_version", ()))
-    channel = channel.resolve()
     publisher.check_publishable(channel)
     for notice in plan.notices:
         ui.out.print(f"notice: {notice}")
@@ -73,6 +74,8 @@ def run(opts: Options, framework: str, tag: str, profile: str, platform: str,
             for line in result.audit:
                 ui.out.print(f"  audit: {line}")
             added = publisher.publish([p.path for p in result.packages], channel)
+            for warning in added.warnings:
+                ui.err.print(f"warning: {warning}", markup=False)
             published.extend(added.added)
     ui.out.print(f"local channel: {channel} ({len(published)} package(s) added; series hash "
                  f"{identity.series_hash[:12]}, upstream {tree_identity.kind} "
@@ -88,6 +91,18 @@ def _cuda_runtime_license(profile: str, platform: str,
             c.get("cuda_version", "None") == "None" for c in matrix):
         return None
     return runtime_needs.cuda_runtime_license(cuda.home)
+
+
+def _local_channel(text: str | Path) -> Path:
+    """The folder ``--channel`` names. Builds add to a folder channel only: a server gets the
+    packages with ``lmsforge publish`` afterwards. Parsed as ``publish`` parses it, so
+    ``file://lms-channel`` is refused as there instead of becoming ``./file:/lms-channel``."""
+    address = channel_address.parse(text)
+    if address.folder is None:
+        raise UsageError(f"build --channel {address.shown}: builds add to a local folder "
+                         "channel; build into a folder, then `lmsforge publish --channel "
+                         f"{address.shown}` its packages")
+    return address.folder
 
 
 def _not_yet_in_channel(rendered: recipes.RenderResult, plan: build_plan.BuildPlan,

@@ -70,6 +70,8 @@ def _last_verify_text(row: dict[str, object]) -> str:
         return ", ".join(f"{k}:{v}" for k, v in last.items())  # type: ignore[union-attr]
     if row.get("series_problem"):
         return "series invalid (run `lmsforge verify` for details)"
+    if row.get("last_verify_by_older_lmsforge"):
+        return f"- ({runner.OLDER_LMSFORGE})"
     if row.get("last_verify_was_other_content"):
         return "- (the last run verified other content of this series)"
     return "-"

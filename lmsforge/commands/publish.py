@@ -14,6 +14,8 @@ def run(opts: Options, target: str, packages: list[Path]) -> int:
     channel_timeout_s()  # and so does a malformed LMSFORGE_CHANNEL_TIMEOUT
     with ui.step(f"publishing {len(packages)} package(s)"):
         result = publisher.publish(packages, target)
+    for warning in result.warnings:
+        ui.err.print(f"warning: {warning}", markup=False)
     for name in result.added:
         ui.out.print(f"added {name}")
     for name in result.unchanged:

@@ -43,6 +43,7 @@ def collect(opts: Options, tree_path: Path) -> dict[str, object]:
         "series_state": state,
         "last_verify": verified["last_verify"],
         "last_verify_was_other_content": verified.get("last_verify_was_other_content", False),
+        "last_verify_by_older_lmsforge": verified.get("last_verify_by_older_lmsforge", False),
         "port_in_progress": port_state.summary(tree_path),
     }
 
@@ -84,8 +85,9 @@ def run(opts: Options, tree_path: Path | None, as_json: bool) -> int:
     if data["port_in_progress"]:
         ui.out.print(f"  port      {data['port_in_progress']}")
     last = data["last_verify"]
-    never = ("not run on this content of the series" if data["last_verify_was_other_content"]
-             else "never run")
+    never = (runner.OLDER_LMSFORGE if data["last_verify_by_older_lmsforge"]
+             else "not run on this content of the series"
+             if data["last_verify_was_other_content"] else "never run")
     ui.out.print("  verify    " + (", ".join(f"{k}: {v}" for k, v in last.items())  # type: ignore
                                    if last else never))
     return 0

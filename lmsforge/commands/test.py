@@ -9,7 +9,10 @@ refused before anything is installed.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from lmsforge import ui
@@ -47,15 +50,34 @@ def run(opts: Options, framework: str, tag: str, channels: list[str], prefix: Pa
         else:
             ui.out.print(f"  series: {recorded or result.identity} (not the series in patches/ "
                          f"for {tag}, {series.series_hash}: built from another revision)")
+        # a temporary prefix is deleted when this block ends: its logs would be pointers to
+        # nothing, so they are kept in the cache and those copies are what we print
+        logs = ({p.log: p.log for p in result.programs} if prefix is not None else
+                keep_logs([p.log for p in result.programs],
+                          opts.cache.log_dir, f"test-{framework}-{tag}"))
         for program in result.programs:
             ui.out.print(f"  {program.program}: {program.passed} passed, {program.failed} failed, "
-                         f"{program.skipped} skipped (log {program.log})")
+                         f"{program.skipped} skipped (log {logs[program.log]})")
             for failure in program.failures:
                 ui.out.print(f"    failed: {failure}")
     if result.identity.get("tag") not in (None, tag):
         raise UsageError(f"the channel's {build.CORE_PACKAGE} {version} was built for "
                          f"{result.identity.get('tag')}, not {tag}; rebuild and republish it")
     return 0 if result.ok else 1
+
+
+def keep_logs(logs: Sequence[Path], log_dir: Path, name: str) -> dict[Path, Path]:
+    """Copy LOGS into a new folder ``LOG_DIR/NAME-<UTC time>-<unique>/``; return where each one
+    is now (a log that was never written maps to itself, so the line still names it)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    log_dir.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"{name}-{stamp}-", dir=log_dir))
+    kept = {}
+    for log in logs:
+        kept[log] = log
+        if log.is_file():
+            kept[log] = Path(shutil.copy2(log, folder / log.name))
+    return kept
 
 
 def _check_channels_have(tag: str, version: str, channels: list[str], gpu: bool | None,

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from lmsforge.errors import UsageError
 from lmsforge.series import manifest as series_mod
-from lmsforge.upstream.sources import UPSTREAM_FILE, FrameworkSources, load_sources
+from lmsforge.upstream.sources import (UPSTREAM_FILE, FrameworkSources, check_ref_name,
+                                       load_sources)
 
 
 def known(patches_dir: Path) -> list[str]:
@@ -38,8 +39,11 @@ def check_tag(patches_dir: Path, sources: FrameworkSources, tag: str) -> None:
     if "/" in tag or tag.startswith("."):  # a path, not a tag: never a folder outside patches/
         raise UsageError(f"unknown tag `{tag}` for {sources.framework}; known tags: "
                          f"{', '.join(known_tags(patches_dir, sources))}")
-    if tag in sources.tags or sources.is_release_tag(tag) or \
-            (patches_dir / sources.framework / tag / series_mod.MANIFEST).is_file():
+    if tag in sources.tags or sources.is_release_tag(tag):
+        return
+    if (patches_dir / sources.framework / tag / series_mod.MANIFEST).is_file():
+        # a series folder nobody declared: its name becomes the branch lms/<framework>/<tag>
+        check_ref_name("tag", tag, f"rename {patches_dir / sources.framework / tag}")
         return
     raise UsageError(f"unknown tag `{tag}` for {sources.framework}; known tags: "
                      f"{', '.join(known_tags(patches_dir, sources))}")

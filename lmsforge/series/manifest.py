@@ -201,6 +201,7 @@ def _check_files(folder: Path, entries: list[PatchEntry], problems: list[str],
         except UsageError as exc:
             problems.append(str(exc).split("; the patch file is damaged")[0])
             continue
+        problems.extend(f"{entry.file}: {problem}" for problem in parsed.outside_the_tree())
         if parsed.trailers.get(PATCH_ID_TRAILER) != entry.id:
             problems.append(f"{entry.file}: trailer `{PATCH_ID_TRAILER}: "
                             f"{parsed.trailers.get(PATCH_ID_TRAILER)}` does not match id "

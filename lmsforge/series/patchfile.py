@@ -7,6 +7,7 @@ error names the file, the hunk and the line.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,9 @@ from lmsforge.errors import UsageError
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _DIFF = re.compile(r"^diff --git a/(.+) b/(.+)$")
 _TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s*(.+)$")
+# every header line of a file's diff that names a path git writes or reads in the tree
+_PATH_HEADER = re.compile(r"^(?:--- |\+\+\+ |rename from |rename to |copy from |copy to )(.+)$")
+_SYMLINK_MODE = "120000"
 
 
 @dataclass
@@ -26,6 +30,9 @@ class FileChange:
     added: int = 0
     removed: int = 0
     hunks: list[int] = field(default_factory=list)  # new-side start line of each hunk
+    named: list[str] = field(default_factory=list)  # every path its headers name, as written
+    mode: str = ""  # the new mode, when the diff sets one
+    link_target: str | None = None  # what a symlink the diff writes points to
 
 
 @dataclass
@@ -54,6 +61,39 @@ class PatchFile:
                         best = number
                 return best
         return None
+
+    def outside_the_tree(self) -> list[str]:
+        """What this patch would write outside the work tree: a path that is absolute or climbs
+        with `..`, or a symlink that points out of the tree (a later patch, or a build, could
+        write through it). git refuses the first at `git am` time, but only as a failed apply
+        that reads like a porting problem; the second it takes."""
+        found = [f"patch writes outside the tree: {p}" for change in self.files
+                 for p in dict.fromkeys(change.named) if _escapes(p)]
+        for change in self.files:
+            target = change.link_target
+            if target is not None and (target.startswith("/") or
+                                       _escapes(posixpath.join(posixpath.dirname(change.path),
+                                                               target))):
+                found.append(f"patch adds a symlink pointing outside the tree: {change.path} -> "
+                             f"{target}")
+        return found
+
+
+def _escapes(path: str) -> bool:
+    """Whether PATH (relative to the top of the tree) names something outside it."""
+    normal = posixpath.normpath(path)
+    return path.startswith("/") or normal == ".." or normal.startswith("../")
+
+
+def _header_path(text: str) -> str | None:
+    """The tree path in a `---`/`+++`/rename/copy header: without git's quotes and its a/ or b/
+    prefix; None for /dev/null."""
+    text = text.rstrip("\t")
+    if len(text) >= 2 and text.startswith('"') and text.endswith('"'):
+        text = text[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
+    if text == "/dev/null":
+        return None
+    return text[2:] if text.startswith(("a/", "b/")) else text
 
 
 def _corrupt(path: Path, line: int, what: str) -> UsageError:
@@ -121,10 +161,17 @@ def _read_diff(path: Path, lines: list[str], start: int) -> list[FileChange]:
         line = lines[i]
         diff = _DIFF.match(line)
         if diff:
-            current = FileChange(diff.group(2))
+            current = FileChange(diff.group(2), named=[diff.group(1), diff.group(2)])
             files.append(current)
         elif current is not None and line.startswith("new file mode"):
             current.new_file = True
+            current.mode = line.split()[-1]
+        elif current is not None and line.startswith("new mode "):
+            current.mode = line.split()[-1]
+        elif current is not None and not current.hunks and _PATH_HEADER.match(line):
+            named = _header_path(_PATH_HEADER.match(line).group(1))
+            if named is not None:
+                current.named.append(named)
         elif current is not None and line.startswith("deleted file mode"):
             current.deleted = True
         elif line.startswith("@@"):
@@ -167,6 +214,8 @@ def _read_hunk(path: Path, lines: list[str], i: int, change: FileChange) -> int:
         elif tag == "+":
             new_seen += 1
             change.added += 1
+            if change.mode == _SYMLINK_MODE and change.link_target is None:
+                change.link_target = line[1:]  # a symlink's content is its target
         elif line == "" and i == len(lines) - 1:
             break  # end of file
         else:

@@ -57,6 +57,33 @@ class FrameworkSources:
         return bool(self.tag_pattern.fullmatch(tag))
 
 
+# What git refuses in one component of a ref (git-check-ref-format), plus "/" and a leading "-":
+# framework and tag each become one component of the branch lms/<framework>/<tag> and of a
+# folder under patches/, and a leading "-" reads as an option to git.
+_BAD_IN_REF = re.compile(r"[\x00-\x20\x7f~^:?*\[\\/]|\.\.|@\{")
+
+
+def ref_name_problem(name: str) -> str | None:
+    """Why NAME cannot be one component of a git ref (a framework or a tag), or None."""
+    if not name:
+        return "it is empty"
+    found = _BAD_IN_REF.search(name)
+    if found:
+        return f"it contains {found.group()!r}"
+    if name.startswith((".", "-")) or name.endswith((".", ".lock")) or name == "@":
+        return "git refs cannot start with '.' or '-', end with '.' or '.lock', or be '@'"
+    return None
+
+
+def check_ref_name(kind: str, name: str, fix: str) -> None:
+    """A one-line usage error when NAME (a KIND: framework or tag) cannot be part of the branch
+    lms/<framework>/<tag>; FIX says where to correct it."""
+    problem = ref_name_problem(name)
+    if problem:
+        raise UsageError(f"{kind} {name!r} cannot be part of a git branch name ({problem}); "
+                         f"{fix} (letters, digits, '.', '_' and '-' are safe)")
+
+
 def _fail(path: Path, where: str, what: str) -> UsageError:
     return UsageError(f"{path}: {where}: {what}; fix the file and run again")
 
@@ -77,9 +104,13 @@ def load_sources(path: Path) -> FrameworkSources:
         raise _fail(path, "framework", "missing")
     if not isinstance(git_url, str) or not git_url:
         raise _fail(path, "git.url", "missing")
+    # checked before anything uses the names, so no work and no recorded result comes first
+    check_ref_name("framework", framework, f"rename it in {path}")
+    check_ref_name("framework folder", path.parent.name, f"rename {path.parent}")
     tags: dict[str, TagSource] = {}
     for tag, spec in (data.get("tags") or {}).items():
         spec = spec or {}
+        check_ref_name("tag", str(tag), f"fix tags in {path}")
         if not isinstance(spec, dict):
             raise _fail(path, f"tags.{tag}", "expected a mapping")
         commit = spec.get("commit")

@@ -20,6 +20,7 @@ from lmsforge.verify.levels import (DEFAULT_SIM_SEEDS, FAIL, LEVELS, SKIPPED, Le
 
 
 BY_SERIES = "by-series"
+OLDER_LMSFORGE = "verified by an older lmsforge (no series hash recorded)"
 
 
 @dataclass
@@ -140,6 +141,10 @@ def last_verify(opts: Options, framework: str, tag: str,
     except UsageError as exc:
         return {"last_verify": None, "series_problem": str(exc)}
     statuses = level_statuses(last_report(opts, framework, tag, content))
-    other = statuses is None and last_report(opts, framework, tag) is not None
+    latest = last_report(opts, framework, tag) if statuses is None else None
+    # lmsforge before 0.2.0 recorded no series hash: what it verified cannot be told, which is
+    # not the same as "other content", and a shared cache holds such reports for a while
+    older = latest is not None and not latest.get("series_hash")
     return {"last_verify": statuses, "series_hash": content,
-            "last_verify_was_other_content": other}
+            "last_verify_was_other_content": latest is not None and not older,
+            "last_verify_by_older_lmsforge": older}

@@ -119,6 +119,10 @@ def verify(*extra: str) -> Setup:
     return lambda env: ["verify", "-f", "toy", "-t", "v1.0.0", *extra]
 
 
+def verify_tag(tag: str, *extra: str) -> Setup:
+    return lambda env: ["verify", "-f", "toy", "-t", tag, *extra]
+
+
 def patch_file(env: Env, name: str = "0020-allocator-hook.patch") -> Path:
     return env.series / name
 
@@ -235,6 +239,87 @@ def series_copied_to_v2(env: Env) -> None:
     shutil.copytree(env.series, folder)
     edit_manifest(lambda d: d.update(tag="v2.0.0"))(
         Env(env.root, env.patches, folder, env.tree, env.cache, env.upstream, env.archive))
+
+
+def framework_renamed(name: str) -> Callable[[Env], None]:
+    """The toy framework copied to patches/NAME, declared and exported as NAME (Q07)."""
+    def action(env: Env) -> None:
+        folder = env.patches / name
+        shutil.copytree(env.patches / "toy", folder)
+        upstream_yaml = folder / "upstream.yaml"
+        data = yaml.safe_load(upstream_yaml.read_text())
+        upstream_yaml.write_text(yaml.safe_dump({**data, "framework": name}, sort_keys=False))
+        edit_manifest(lambda d: d.update(framework=name))(
+            Env(env.root, env.patches, folder / "v1.0.0", env.tree, env.cache, env.upstream,
+                env.archive))
+    return action
+
+
+def series_folder_named(tag: str) -> Callable[[Env], None]:
+    """The v1.0.0 series copied to an undeclared tag folder TAG (Q07b)."""
+    def action(env: Env) -> None:
+        folder = env.patches / "toy" / tag
+        shutil.copytree(env.series, folder)
+        edit_manifest(lambda d: d.update(tag=tag))(
+            Env(env.root, env.patches, folder, env.tree, env.cache, env.upstream, env.archive))
+    return action
+
+
+def declared_tag(tag: str) -> Callable[[Env], None]:
+    def action(env: Env) -> None:
+        path = env.patches / "toy" / "upstream.yaml"
+        data = yaml.safe_load(path.read_text())
+        data["tags"][tag] = {}
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return action
+
+
+def nothing_recorded(env: Env) -> None:
+    cache_has_no_trees(env)
+    assert not (env.cache / "reports").exists(), "a result was recorded"
+
+
+def new_file_rewritten(*pairs: tuple[bytes, bytes]) -> Callable[[Env], None]:
+    """0010's new file src/lms.c rewritten by PAIRS (old, new), with patch_id and series_hash
+    recomputed, so the series is "valid" as a careful hand-editor leaves it (Q04-Q06)."""
+    def action(env: Env) -> None:
+        def change(data: bytes) -> bytes:
+            for old, new in pairs:
+                assert old in data, old
+                data = data.replace(old, new)
+            return data
+        rewrite("0010-lms-core.patch", change)(env)
+        recompute_ids(env)
+    return action
+
+
+def nowhere_outside(env: Env) -> None:
+    """Nothing was applied: no work tree, no result, no escaped file."""
+    nothing_recorded(env)
+    assert not (env.root.parent / "escape.txt").exists()
+
+
+def verified_by_older_lmsforge(env: Env) -> None:
+    """The report an lmsforge before 0.2.0 leaves: verify.json without a series hash, and no
+    by-series/ copy (E03)."""
+    verified(env)
+    folder = env.cache / "reports" / "toy" / "v1.0.0"
+    shutil.rmtree(folder / "by-series")
+    report = json.loads((folder / "verify.json").read_text())
+    del report["series_hash"]
+    (folder / "verify.json").write_text(json.dumps(report))
+
+
+def misplaced_in_noarch(env: Env) -> None:
+    """A linux-64 package copied into the channel's noarch/ by hand (K10)."""
+    shutil.copy2(make_conda(env.root / "by-hand", name="stray"), channel(env) / "noarch")
+
+
+def misplaced_left_unlisted(env: Env) -> None:
+    noarch = channel(env) / "noarch"
+    assert (noarch / "stray-1.0-h0_0.conda").is_file(), "the user's file was removed"
+    for index in ("repodata.json", "current_repodata.json"):
+        assert "stray-1.0-h0_0.conda" not in (noarch / index).read_text(), index
 
 
 def nothing_left_in_partial(env: Env) -> None:
@@ -639,6 +724,57 @@ def tilde_in_environment(env: Env) -> None:
     assert proc.returncode == 0, proc.stderr
     assert not (env.root / "~").exists(), "a folder named ~ was made in the current folder"
     assert (home / "tilde-cache" / "archives").is_dir()
+
+
+def from_an_empty_folder(code: int, says: str,
+                         args: Callable[[Env], list[str]]) -> Callable[[Env], None]:
+    """A command run as a separate process from an empty current folder: exit CODE with SAYS in
+    its one error line, and the folder still empty (K25: `file://lms-channel` named the current
+    folder, and publish wrote the channel there)."""
+    def run(env: Env) -> None:
+        cwd = make_dir("emptycwd")(env)
+        proc = subprocess.run([sys.executable, "-m", "lmsforge", *env.base_args(), *args(env)],
+                              capture_output=True, text=True, timeout=300, cwd=cwd,
+                              check=False)
+        shown = f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
+        assert proc.returncode == code, shown
+        errors = error_lines(Outcome(proc.returncode, proc.stdout, proc.stderr))
+        assert len(errors) == 1 and says in errors[0], shown
+        assert sorted(p.name for p in cwd.iterdir()) == [], shown
+    return run
+
+
+def archive_sha(env: Env) -> str:
+    return hashlib.sha256(env.archive.read_bytes()).hexdigest()
+
+
+def on_a_terminal(columns: int, args: Callable[[Env], list[str]],
+                  expected: Callable[[Env], list[str]]) -> Callable[[Env], None]:
+    """A command on a pseudo-terminal COLUMNS wide (O01-O02): every EXPECTED line is in its
+    output whole, none cut or drawn in a column of no width."""
+    def run(env: Env) -> None:
+        main, side = os.openpty()
+        proc = subprocess.Popen([sys.executable, "-m", "lmsforge", *env.base_args(), *args(env)],
+                                stdin=side, stdout=side, stderr=side, close_fds=True,
+                                env={**os.environ, "COLUMNS": str(columns), "TERM": "xterm"})
+        os.close(side)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # EIO: the terminal's other side closed
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(main)
+        proc.wait(timeout=300)
+        text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))
+        lines = [line.rstrip() for line in text.replace("\r", "").splitlines()]
+        assert proc.returncode == 0, text
+        for line in expected(env):
+            assert line in lines, f"{line!r} not in the output:\n{text}"
+    return run
 
 
 def stdout_that_fails(how: str, code: int, says: str | None,
@@ -1073,6 +1209,68 @@ CASES: list[Case] = [
     # E13: an ASCII-only output encoding (finding 14)
     Case("E13", lambda env: ["list"], 0, "toy", how="process",
          environ={"PYTHONIOENCODING": "ascii"}),
+    # K25: a file:// URL with a host part names no folder; every --channel refuses it (finding 11)
+    *[Case(row, lambda env: [], 0, "", run=from_an_empty_folder(
+        2, "a file:// URL with a host part (lms-channel); write file:///abs/path", args))
+      for row, args in (
+          ("K25", lambda env: ["publish", "--channel", "file://lms-channel",
+                               str(make_conda(env.root / "pkgs"))]),
+          ("K25b", lambda env: ["--patches-dir", str(REPO / "patches"), "test", "-f", "pytorch",
+                                "-t", "v2.6.0", "--channel", "file://lms-channel"]),
+          ("K25c", lambda env: ["--patches-dir", str(REPO / "patches"), "build", "-f",
+                                "pytorch", "-t", "v2.6.0", "--channel", "file://lms-channel"]))],
+    Case("K25d", lambda env: ["publish", "--channel", (env.root / "ch-uri").as_uri(),
+                              str(make_conda(env.root / "pkgs"))], 0, "1 added",
+         check=lambda env: (env.root / "ch-uri" / "linux-64" / "hello-1.0-h0_0.conda").stat()),
+    # Q07: framework and tag names that a git branch (lms/<framework>/<tag>) cannot hold are
+    # refused where they are declared, before any work or recorded result (finding 17)
+    Case("Q07", then(framework_renamed("t y"), lambda env: ["verify", "-f", "t y", "-t",
+                                                            "v1.0.0"]), 2,
+         "framework 't y' cannot be part of a git branch name (it contains ' ')",
+         check=nothing_recorded),
+    Case("Q07b", then(series_folder_named("v1 0"), verify_tag("v1 0")), 2,
+         "tag 'v1 0' cannot be part of a git branch name", check=nothing_recorded),
+    Case("Q07c", then(declared_tag("v1..0"), verify()), 2,
+         "tag 'v1..0' cannot be part of a git branch name (it contains '..')",
+         check=nothing_recorded),
+    # Q04-Q06: a patch that writes outside the tree, or adds a symlink out of it, is refused
+    # when the series is validated, before anything is applied (finding 25)
+    Case("Q04", then(new_file_rewritten((b"src/lms.c", b"../../escape.txt")), verify()), 2,
+         "0010-lms-core.patch: patch writes outside the tree: ../../escape.txt",
+         check=nowhere_outside),
+    Case("Q05", then(new_file_rewritten((b"a/src/lms.c", b"a//tmp/escape.txt"),
+                                        (b"b/src/lms.c", b"b//tmp/escape.txt")), verify()), 2,
+         "0010-lms-core.patch: patch writes outside the tree: /tmp/escape.txt",
+         check=nowhere_outside),
+    Case("Q06", then(new_file_rewritten((b"new file mode 100644", b"new file mode 120000"),
+                                        (b"+int lms_reclaim(void) { return 0; }",
+                                         b"+../../outside")), verify()), 2,
+         "patch adds a symlink pointing outside the tree: src/lms.c -> ../../outside",
+         check=nowhere_outside),
+    Case("Q06b", then(new_file_rewritten((b"new file mode 100644", b"new file mode 120000"),
+                                         (b"+int lms_reclaim(void) { return 0; }",
+                                          b"+/etc/passwd")), verify()), 2,
+         "patch adds a symlink pointing outside the tree: src/lms.c -> /etc/passwd",
+         check=nowhere_outside),
+    # E03: a report from an lmsforge that recorded no series hash is not "other content"
+    # (finding 21)
+    Case("E03", then(verified_by_older_lmsforge, lambda env: ["list"]), 0,
+         "verified by an older lmsforge (no series hash recorded)",
+         environ={"COLUMNS": "300"}),
+    Case("E03b", then(verified_by_older_lmsforge, lambda env: ["status", "--tree",
+                                                               str(env.tree)]), 0,
+         "verify    verified by an older lmsforge (no series hash recorded)"),
+    # K10: a package whose own subdir is not the folder it sits in stays out of that folder's
+    # index, with a warning (finding 22)
+    Case("K10", then(misplaced_in_noarch, publish_package("linux-64")), 0,
+         "warning: noarch/stray-1.0-h0_0.conda declares subdir 'linux-64' in its "
+         "info/index.json, so it was left out of noarch's index", check=misplaced_left_unlisted),
+    # O01-O02: a terminal too narrow for the table gets one record per row (finding 19)
+    *[Case(row, lambda env: [], 0, "", run=on_a_terminal(columns, lambda env: ["list"],
+                                                         lambda env: [
+        "framework: toy", "tag: v1.0.0", "series: 3 patches",
+        f"sources: archive {env.archive.name} ({archive_sha(env)[:12]}…)"]))
+      for row, columns in (("O01", 20), ("O02", 60))],
     Case("F14", lambda env: ["fetch", "-f", "toy", "-t", "v1.1.0", "--mirror",
                              str(env.root / "gone.git")], 1, "check the network"),
 ]

@@ -130,3 +130,17 @@ def test_asking_for_the_gpu_tests_needs_a_cuda_build(two_tag_channel, tmp_path):
     assert result.exit_code == 2, result.output
     assert "no CUDA build of it" in result.output
     assert not (tmp_path / "prefix").exists()
+
+
+def test_logs_of_a_temporary_prefix_are_kept_where_the_output_says(two_tag_channel, tmp_path):
+    """Without --prefix the prefix is temporary and gone when the command returns; the log the
+    output names must still be there (finding 12 of the 2026-11-26 hostile-inputs campaign)."""
+    cache = tmp_path / "cache"
+    result = lmsforge("--cache-dir", str(cache), "test", "--framework", "pytorch", "--tag",
+                      "v2.6.0", "--channel", str(two_tag_channel), "--cpu")
+    assert result.exit_code == 0, result.output
+    [line] = [ln for ln in result.output.splitlines() if "lms_core_tests: 1 passed" in ln]
+    log = Path(line.rsplit("(log ", 1)[1].rstrip(")"))
+    assert log.is_file() and log.parent.parent == cache / "logs", line
+    assert log.parent.name.startswith("test-pytorch-v2.6.0-")
+    assert "[  PASSED  ] 1 test." in log.read_text()

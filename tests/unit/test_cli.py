@@ -43,3 +43,16 @@ def test_list_json_names_the_declared_trees():
         assert kinds == ["archive", "git"]
         assert len(rows[key]["sources"][0]["sha256"]) == 64
     assert rows[("pytorch", "v1.4.0")]["series"] is None
+
+
+def test_version_is_the_one_in_pyproject():
+    """`--version` prints the module's version; pip and the packages see pyproject's. One number
+    for both, bumped with each release (finding 21: two lmsforge releases both said 0.1.0)."""
+    import re
+    from pathlib import Path
+
+    from lmsforge import __version__
+
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert re.search(r'^version = "([^"]+)"', pyproject, re.MULTILINE).group(1) == __version__
+    assert lmsforge("--version").output.strip() == f"lmsforge, version {__version__}"

@@ -113,3 +113,28 @@ def test_binary_garbage_is_refused(tmp_path):
     path.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(UsageError, match="not UTF-8"):
         patchfile.parse(path)
+
+
+def _one_file_patch(tmp_path: Path, headers: str, body: str) -> Path:
+    path = tmp_path / "0010-x.patch"
+    path.write_text("From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+                    "Subject: [PATCH] x\n\nx\n---\n" + headers + body + "-- \n2.39.0\n")
+    return path
+
+
+SYMLINK = ("diff --git a/{p} b/{p}\nnew file mode 120000\nindex 0000000..1111111\n"
+           "--- /dev/null\n+++ b/{p}\n")
+
+
+@pytest.mark.parametrize("headers, body, expected", [
+    (SYMLINK.format(p="src/link"), "@@ -0,0 +1 @@\n+../README\n\\ No newline at end of file\n",
+     []),  # a symlink to a file in the tree is fine
+    (SYMLINK.format(p="src/link"), "@@ -0,0 +1 @@\n+../../up\n\\ No newline at end of file\n",
+     ["patch adds a symlink pointing outside the tree: src/link -> ../../up"]),
+    (("diff --git a/src/a.c b/src/b.c\nsimilarity index 100%\nrename from src/a.c\n"
+      "rename to ../b.c\n"), "", ["patch writes outside the tree: ../b.c"]),
+    ('diff --git a/x b/x\n--- a/x\n+++ "b/src/../../q.c"\n', "@@ -1 +1 @@\n-a\n+b\n",
+     ["patch writes outside the tree: src/../../q.c"]),
+])
+def test_paths_outside_the_tree_are_named(tmp_path, headers, body, expected):
+    assert patchfile.parse(_one_file_patch(tmp_path, headers, body)).outside_the_tree() == expected

@@ -32,3 +32,20 @@ def test_a_short_step_prints_only_start_and_end(monkeypatch):
     with ui.step("quick"):
         pass
     assert [line.split(":")[0] for line in log.getvalue().splitlines()] == ["· quick", "· quick"]
+
+
+def test_a_table_too_wide_for_the_terminal_becomes_records(monkeypatch):
+    """Below the width its longest words need, rich draws columns of no width; a record per row
+    keeps every value whole (finding 19 of the 2026-11-26 hostile-inputs campaign)."""
+    rows = [["pytorch", "v2.6.0", "archive x.tar.xz (099a9601bc40…)\ngit 2236df177080"]]
+    for width, expect_table in ((20, False), (200, True)):
+        buffer = io.StringIO()
+        monkeypatch.setattr(ui, "out", Console(file=buffer, width=width))
+        ui.table(None, ["framework", "tag", "sources"], rows)
+        lines = [line.rstrip() for line in buffer.getvalue().splitlines()]
+        if expect_table:
+            assert any("pytorch" in line and "v2.6.0" in line for line in lines), lines
+        else:
+            assert lines == ["framework: pytorch", "tag: v2.6.0",
+                             "sources: archive x.tar.xz (099a9601bc40…)",
+                             "         git 2236df177080"], lines
