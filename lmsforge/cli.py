@@ -122,6 +122,9 @@ def main(ctx: click.Context, patches_dir: Path | None, cache_dir: Path | None,
       lmsforge fetch --framework pytorch --tag v2.6.0
       lmsforge verify --framework pytorch --tag v2.6.0 --level core-cpu
       lmsforge apply --framework pytorch --tag v2.6.0 --into ./pytorch-lms
+      lmsforge build --framework pytorch --tag v2.6.0 --profile core --channel ./lms-channel
+      lmsforge test --framework pytorch --tag v2.6.0 --channel ./lms-channel
+      lmsforge publish --channel quetz://conda.example.org/lms ./lms-channel/linux-64/*.conda
 
     Exit codes: 0 success, 1 the thing checked failed, 2 bad usage or input,
     3 stopped for you (a port conflict to resolve).
