@@ -8,6 +8,8 @@ packages the channel already has under the same file name.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 from lmsforge import ui
@@ -65,7 +67,7 @@ def run(opts: Options, framework: str, tag: str, profile: str, platform: str,
             with ui.step(f"rattler-build {framework} {tag} {profile} ({label}) for {platform}",
                          progress=live.progress):
                 result = build.build_variant(
-                    rendered, combination, opts.cache.build_dir(framework, tag, "rattler-out"),
+                    rendered, combination, _output_folder(opts, framework, tag, identity),
                     tools=tools, jobs=opts.jobs, shown=live.show,
                     log_file=opts.cache.build_dir(framework, tag, "logs") / "rattler-build.log")
             for package in result.packages:
@@ -130,6 +132,22 @@ def _not_yet_in_channel(rendered: recipes.RenderResult, plan: build_plan.BuildPl
             continue
         todo.append(dict(combination))
     return todo
+
+
+def _output_folder(opts: Options, framework: str, tag: str,
+                   identity: recipes.SeriesIdentity) -> Path:
+    """rattler-build's output folder, one per series and upstream tree. rattler-build skips an
+    output whose package is already there (a multi-Python build makes the Python-independent
+    libtorch once, not once per Python); a package name does not change with the series, so a
+    folder shared with another series would hand out a package built from other sources."""
+    return opts.cache.build_dir(framework, tag, "rattler-out") / build_key(identity)
+
+
+def build_key(identity: recipes.SeriesIdentity) -> str:
+    """What makes two builds of one tag the same: the series and the upstream tree."""
+    text = json.dumps({"series": identity.series_hash, "upstream": identity.upstream},
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _same_build(recorded: dict, identity: recipes.SeriesIdentity) -> bool:

@@ -57,9 +57,12 @@ def build(call: dict) -> list[str]:
                  else rb.EnvironmentIsolation.STRICT)
     packages: list[str] = []
     for variant in variants:
+        # An output already built into this folder (the parent keeps one folder per series and
+        # upstream tree) is not built again: libtorch once for every Python of a full build.
+        tools = rb.ToolConfiguration(test_strategy="skip", skip_existing="local")
         result = variant.run_build(output_dir=call["output_dir"], channels=call["channels"],
-                                   tool_config=rb.ToolConfiguration(test_strategy="skip"),
-                                   env_isolation=isolation, progress_callback=_LinesOut())
+                                   tool_config=tools, env_isolation=isolation,
+                                   progress_callback=_LinesOut())
         packages.extend(str(p) for p in result.packages)
     return packages
 

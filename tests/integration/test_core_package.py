@@ -251,6 +251,7 @@ def test_a_signal_during_rattler_build_ends_the_build_within_seconds(tmp_path, s
     command += ["--variant", "cuda=None"]  # one variant is enough to be inside a build
     proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_signals_as_on_a_terminal,
                             env={**os.environ, "LMSFORGE_CACHE_DIR": str(real_test_cache())})
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None and \
@@ -280,6 +281,14 @@ def test_a_signal_during_rattler_build_ends_the_build_within_seconds(tmp_path, s
                        if state not in "ZX"}
     assert not alive, f"left running: {alive}"
     assert list(tmp_path.glob("ch/**/*.conda")) == []
+
+
+def _signals_as_on_a_terminal() -> None:
+    """SIGINT, SIGTERM and SIGHUP at their defaults, as a shell in a terminal starts a command:
+    a test run started in the background of a script inherits SIGINT ignored, and lmsforge
+    rightly keeps a signal its caller ignores."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def _descendants_of(pid: int) -> set[int]:
