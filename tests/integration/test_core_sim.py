@@ -74,6 +74,10 @@ EXPECTED_FAILURES = {
     "page-ins-left-pending-into-capture.patch": {
         "LargeModelSupportCudaTest.ACaptureAfterAWarmUpThatPagedInSucceeds",
         "LargeModelSupportCudaTest.ACaptureAfterAWarmUpThatPagedInAheadSucceeds"},
+    # A page-in ahead that fails (a CUDA error) leaves pin() after the triggering use was pinned:
+    # that use fails and its storage stays pinned for ever (reported, not a crash).
+    "failed-prefetch-fails-the-triggering-use.patch": {
+        "LargeModelSupportCudaTest.AFailingPrefetchNeitherFailsNorKeepsTheUseThatTriggeredIt"},
 }
 
 
