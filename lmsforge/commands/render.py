@@ -6,7 +6,7 @@ from pathlib import Path
 
 from lmsforge import ui
 from lmsforge.options import Options
-from lmsforge.packaging import recipes
+from lmsforge.packaging import recipes, toolchain
 from lmsforge.packaging.identity import series_identity
 
 
@@ -17,8 +17,10 @@ def run(opts: Options, framework: str, tag: str, profile: str, platforms: list[s
     results = []
     for platform in platforms:
         folder = (out_dir or opts.cache.root / "recipes") / framework / tag / profile / platform
+        glibc = toolchain.glibc_for(platform) if profile == "core" else None
         results.append(recipes.render(framework, tag, profile, platform, folder,
-                                      series=identity, variants=variants))
+                                      series=identity, variants=variants,
+                                      build_facts={"glibc": glibc} if glibc else None))
     if as_json:
         ui.print_json([{"platform": r.platform, "recipe": str(r.recipe_file),
                         "matrix": list(r.matrix),

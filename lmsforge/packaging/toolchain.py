@@ -126,6 +126,18 @@ def prepare(platform: str, cache_root: Path, work_dir: Path) -> Toolchain:
                      runtime_needs.debian_licenses(root.path))
 
 
+def glibc_for(platform: str) -> str | None:
+    """The glibc floor a core build for PLATFORM declares, when its compiler is installed here
+    (``render`` shows the packages ``build`` makes: the floor is part of their names' hash)."""
+    declared = DECLARED.get(platform)
+    if declared is None or shutil.which(declared.compiler) is None:
+        return None
+    try:
+        return runtime_needs.glibc_of(declared.compiler)
+    except LmsforgeError:
+        return None
+
+
 def cmake_toolchain(declared: PlatformInputs, root: Path) -> str:
     """A CMake toolchain file: the cross compiler, and libraries found only in the sysroot or
     the cross compiler's own tree (never the host's x86-64 ones)."""

@@ -347,7 +347,8 @@ def test_rebuilding_into_the_same_channel_rebuilds_nothing(builds):
 def test_a_channel_package_from_another_series_is_refused_before_building(builds, work,
                                                                           tmp_path):
     rendered = recipes.render("pytorch", "v2.6.0", "core", "linux-64", tmp_path / "r",
-                              series=SERIES, variants={"cuda_version": ["None"]})
+                              series=SERIES, variants={"cuda_version": ["None"]},
+                              build_facts={"glibc": toolchain.glibc_for("linux-64")})
     plan = build_plan.plan("core", "linux-64", rendered.matrix, None)
     with pytest.raises(UsageError, match="already has pytorch-lms-core-2.6.0-cpu_lms_h.*"
                                          "raise lms_build_number"):
