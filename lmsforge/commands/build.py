@@ -15,7 +15,7 @@ from pathlib import Path
 from lmsforge import ui
 from lmsforge.packaging import (plan as build_plan, rattler as build, recipes, runtime_needs,
                                 toolchain)
-from lmsforge.channel import address as channel_address, publisher
+from lmsforge.channel import address as channel_address, pins, publisher
 from lmsforge.series import catalogue, manifest as series_mod
 from lmsforge.upstream import tree as upstream
 from lmsforge.packaging.identity import series_identity
@@ -79,6 +79,13 @@ def run(opts: Options, framework: str, tag: str, profile: str, platform: str,
             for warning in added.warnings:
                 ui.err.print(f"warning: {warning}", markup=False)
             published.extend(added.added)
+            pinned = pins.write_pin_file(
+                channel, platform, pins.pin_file_name(framework, tag, profile, combination),
+                [(p.name, p.version, p.build_string) for p in result.packages],
+                f"{framework} {tag} {profile} ({label}) for {platform}, series "
+                f"{identity.series_hash[:12]}, upstream "
+                f"{tree_identity.sha256 or tree_identity.commit}")
+            ui.out.print(f"  pins: {pinned}")
     ui.out.print(f"local channel: {channel} ({len(published)} package(s) added; series hash "
                  f"{identity.series_hash[:12]}, upstream {tree_identity.kind} "
                  f"{tree_identity.sha256 or tree_identity.commit})")

@@ -127,3 +127,22 @@ def run_installed_lms_tests(prefix: Path) -> None:
     passed = re.search(r"\[  PASSED  \] (\d+) tests?\.", run.stdout)
     assert passed and int(passed.group(1)) > 0, run.stdout[-3000:]
     assert "[  FAILED  ]" not in run.stdout, run.stdout[-3000:]
+
+
+@pytest.mark.parametrize("cuda", ["13.0", ""], ids=["cuda-pins", "cpu-pins"])
+def test_the_pin_file_next_to_the_channel_installs_exactly_what_was_built(venv, channel, cuda,
+                                                                           tmp_path):
+    """`lmsforge build` writes a pin file per variant beside the channel; conda installs from it
+    exactly the build it names (issue 27 item 2: a cluster pins what was tested)."""
+    kind = "cuda_version-13.0" if cuda else "cuda_version-None"
+    [pin_file] = (channel / "pins" / "linux-64").glob(f"pytorch-v2.6.0-core-{kind}.txt")
+    [pinned] = [line for line in pin_file.read_text().splitlines()
+                if line and not line.startswith("#")]
+    name, version, build = re.fullmatch(r"([\w-]+)==([\w.]+)=(\S+)", pinned).groups()
+    conda = Conda(venv, tmp_path / "conda")
+    prefix = tmp_path / "prefix"
+    result = conda("create", "--yes", "--prefix", str(prefix), "--override-channels",
+                   "--channel", channel.as_uri(), "--file", str(pin_file), cuda=cuda)
+    assert result.returncode == 0, result.stdout + result.stderr
+    record = installed_records(prefix)[name]
+    assert (record["version"], record["build"]) == (version, build)
