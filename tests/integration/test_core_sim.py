@@ -31,6 +31,8 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 MUTATIONS = REPO / "tests" / "data" / "mutations" / "pytorch-v2.6.0-sim"
 MUTATION_SEEDS = 2
+# The LMS fuzzer (patch 0170, docs/core-sim.md "The fuzzer"): random operations, every byte checked.
+FUZZER = "LargeModelSupportFuzzTest.RandomOperationsKeepEveryByte"
 # The tests that see the data a mutation corrupts (each mutation makes more tests fail).
 EXPECTED_FAILURES = {
     "drop-record-stream-wait.patch": {"LargeModelSupportCudaTest.PageOutWaitsForRecordStreamUses",
@@ -53,12 +55,15 @@ EXPECTED_FAILURES = {
                                           "PageInKeepsTheStorageOnItsStream"},
     # A storage paged in ahead and freed unused (destroyed, or resized to nothing) gives its
     # block back unordered after its copy, which then overwrites the block's next owner.
+    # The fuzzer finds it too (wrong data in the next owner, seeds 1-10 but 7 within its CI steps).
     "unused-prefetch-freed-before-its-copy.patch": {
-        "LargeModelSupportCudaTest.AnUnusedPrefetchFreedDoesNotOverwriteTheNextOwner"},
+        "LargeModelSupportCudaTest.AnUnusedPrefetchFreedDoesNotOverwriteTheNextOwner",
+        FUZZER},
     # An external stream stays among a storage's streams after the pin that ended its use: once
     # its user destroyed it, LMS uses the dead handle (a failed page-in here; on a GPU, undefined).
+    # The fuzzer finds it too ("invalid resource handle", within its first few hundred steps).
     "external-stream-kept-after-its-uses-end.patch": {
-        "LargeModelSupportCudaTest.ADestroyedExternalStreamIsNeverUsedAgain"},
+        "LargeModelSupportCudaTest.ADestroyedExternalStreamIsNeverUsedAgain", FUZZER},
     # The pinned pool's growth thread pins with no device set: the runtime makes device 0's
     # primary context for a process that pages out on cuda:1 only.
     "host-pool-growth-on-no-device.patch": {

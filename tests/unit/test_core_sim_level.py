@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from fixtures import lmsforge
+from lmsforge.errors import UsageError
 from lmsforge.frameworks import pytorch, tensorflow
 from lmsforge.verify.levels import FAIL, LEVELS, PASS, SKIPPED, LevelContext
 from lmsforge.verify.pytorch_c10 import build, sim_level
@@ -151,3 +154,24 @@ def test_the_level_runs_a_benchmark_and_keeps_its_figures(tmp_path: Path) -> Non
     assert run.problem == ""
     assert run.figures["bound_efficiency"]["4"] == 0.6671
     assert (tmp_path / "core-sim.oversubscription.json").is_file()
+
+
+def test_the_fuzzers_settings_reach_the_program_and_its_replay(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LMS_FUZZ_STEPS", raising=False)
+    monkeypatch.delenv("LMS_FUZZ_MINUTES", raising=False)
+    assert sim_level.env_for(3) == {"LMS_SIM_DEVICES": "2", "LMS_SIM_SEED": "3"}
+    assert sim_level.seed_timeout() == sim_level.SEED_TIMEOUT_S
+    monkeypatch.setenv("LMS_FUZZ_MINUTES", "30")
+    assert sim_level.env_for(3)["LMS_FUZZ_MINUTES"] == "30"
+    # A long run gets its minutes on top of the CI limit, and its replay line says them.
+    assert sim_level.seed_timeout() == sim_level.SEED_TIMEOUT_S + 1800
+    assert "LMS_FUZZ_MINUTES=30 " in sim_level.replay_command(BINARY, 3)
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-1", "nan"])
+def test_a_bad_fuzzer_setting_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
+                                               value: str) -> None:
+    monkeypatch.setenv("LMS_FUZZ_MINUTES", value)
+    with pytest.raises(UsageError, match="LMS_FUZZ_MINUTES"):
+        sim_level.env_for(1)

@@ -12,11 +12,13 @@ never a measurement of a GPU.
 from __future__ import annotations
 
 import json
+import math
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
-from lmsforge.errors import CheckFailed
+from lmsforge.errors import CheckFailed, UsageError
 from lmsforge.verify.levels import FAIL, MAX_FAILURES_NAMED, PASS, LevelContext, LevelResult, Timer
 from lmsforge.verify.pytorch_c10 import build, gtest
 from lmsforge.verify.pytorch_c10.process import run_logged
@@ -28,6 +30,9 @@ BENCH_TIMEOUT_S = 600.0
 # (lmsforge/sim/README.md).
 SIM_ENV = {"LMS_SIM_DEVICES": "2"}
 BENCHMARKS = (("lms_bench_copy_sim", "copy-engine"), ("lms_bench_oversub_sim", "oversubscription"))
+# The LMS fuzzer's settings (LargeModelSupportFuzz_test.cpp, docs/core-sim.md "The fuzzer"),
+# passed from lmsforge's environment to the test program and named in every replay line.
+FUZZ_SETTINGS = ("LMS_FUZZ_MINUTES", "LMS_FUZZ_STEPS")
 
 
 class SeedRun(NamedTuple):
@@ -80,8 +85,31 @@ def simulated_figures(data: dict[str, Any]) -> dict[str, Any]:
     return figures
 
 
+def fuzz_env() -> dict[str, str]:
+    """The fuzzer's settings given to lmsforge; a bad one fails before any build."""
+    settings = {}
+    for key in FUZZ_SETTINGS:
+        text = os.environ.get(key, "").strip()
+        if not text:
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise UsageError(f"{key}={text!r} is not a positive number; unset it for the CI run")
+        settings[key] = text
+    return settings
+
+
+def seed_timeout() -> float:
+    """A seed's time limit: the CI one, plus the minutes the fuzzer was asked to run."""
+    minutes = float(fuzz_env().get("LMS_FUZZ_MINUTES", "0"))
+    return SEED_TIMEOUT_S + minutes * 60.0
+
+
 def env_for(seed: int) -> dict[str, str]:
-    return {**SIM_ENV, "LMS_SIM_SEED": str(seed)}
+    return {**SIM_ENV, **fuzz_env(), "LMS_SIM_SEED": str(seed)}
 
 
 def replay_command(binary: Path, seed: int, tests: Sequence[str] = ()) -> str:
@@ -95,7 +123,7 @@ def run_seed(binary: Path, seed: int, work_dir: Path) -> SeedRun:
     started = time.monotonic()
     try:
         run = gtest.run_gtest(binary, log=log, json_path=log.with_suffix(".json"),
-                              timeout=SEED_TIMEOUT_S, env=env_for(seed))
+                              timeout=seed_timeout(), env=env_for(seed))
     except CheckFailed as error:  # a crash or a hang
         return SeedRun(seed, None, f"{error}; replay: {replay_command(binary, seed)}",
                        time.monotonic() - started, log)
@@ -151,6 +179,7 @@ def last_message(lines: Sequence[str]) -> str:
 def run(ctx: LevelContext, build_dir: Path,
         build_targets: Callable[[Sequence[str]], build.BuildResult]) -> LevelResult:
     suite = build.SUITES["sim"]
+    fuzz_env()  # a bad setting fails now, not after the build
     sources = build.test_sources(ctx.tree, "sim")
     if not sources:
         return LevelResult(LEVEL, FAIL, detail=f"no LMS CUDA test sources ({suite.sources}) in "
