@@ -244,6 +244,23 @@ def test_a_signal_during_rattler_build_ends_the_build_within_seconds(tmp_path, s
     rattler-build compiles: the command ends within seconds with one line, leaves no process
     behind and adds nothing to the channel. It used to wait for the build's end, six minutes
     later (hostile-inputs row 4)."""
+    # rattler-build skips an output already in its folder: the CPU package an earlier build of
+    # this session made is put aside meanwhile, so that there is a build to interrupt.
+    built = real_test_cache() / "builds" / "pytorch" / "v2.6.0" / "rattler-out"
+    aside = []
+    for package in built.glob("*/linux-64/pytorch-lms-core-2.6.0-cpu_lms_*.conda"):
+        kept = tmp_path / "aside" / package.relative_to(built)
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        package.rename(kept)
+        aside.append((kept, package))
+    try:
+        _interrupt_a_build(tmp_path, signum)
+    finally:
+        for kept, package in aside:
+            kept.replace(package)
+
+
+def _interrupt_a_build(tmp_path: Path, signum: int) -> None:
     from lmsforge import native_exit
 
     command = [sys.executable, "-m", "lmsforge", *readme_command("build")[1:]]
