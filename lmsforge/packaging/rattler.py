@@ -94,11 +94,12 @@ def build_variant(rendered: RenderResult, combination: Mapping[str, str], output
             # offline profile: see recipes/pytorch/core
             "isolation": "none" if rendered.profile == "core" else "strict"}
     start = time.monotonic()
+    log = log_file or output_dir / "lmsforge-build.log"
     with _build_environment(rendered, combination, tools, jobs):
-        outcome = _run_build_child(call, log_file or output_dir / "lmsforge-build.log", shown)
+        outcome = _run_build_child(call, log, shown)
     if outcome.error is not None:
         script_log = _script_log(output_dir, start)
-        where = _write_log(log_file, output_dir, outcome.error, script_log, outcome.lines)
+        where = _write_log(log, output_dir, outcome.error, script_log)
         cause = _first_error_line(script_log) or outcome.error
         raise CheckFailed(f"rattler-build failed for {rendered.framework} {rendered.tag} "
                           f"{rendered.profile} {dict(combination)} on {rendered.platform}: "
@@ -115,7 +116,6 @@ def build_variant(rendered: RenderResult, combination: Mapping[str, str], output
 class _ChildOutcome:
     packages: tuple[str, ...]
     error: str | None  # rattler-build's one line when the build failed
-    lines: tuple[str, ...]  # the build's whole log, for the error log
 
 
 def _run_build_child(call: dict, log_file: Path, shown: Callable[[str], None] | None
@@ -123,7 +123,7 @@ def _run_build_child(call: dict, log_file: Path, shown: Callable[[str], None] | 
     """Run ``build_child`` with CALL, writing each line it prints to LOG_FILE at once and handing
     it to SHOWN. The child inherits the environment ``_build_environment`` set."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    lines: list[str] = []
+    last = "no output"  # the last line, for a child that ends without saying why
     packages: tuple[str, ...] = ()
     error = None
     with open(log_file, "w", encoding="utf-8") as log, subprocess.Popen(
@@ -138,16 +138,16 @@ def _run_build_child(call: dict, log_file: Path, shown: Callable[[str], None] | 
             if line.startswith(build_child.ERROR_MARKER):
                 error = line[len(build_child.ERROR_MARKER):].strip()
                 continue
-            lines.append(line)
             log.write(line)
             log.flush()
-            if shown is not None and line.strip():
-                shown(line.rstrip())
+            if line.strip():
+                last = line.strip()
+                if shown is not None:
+                    shown(line.rstrip())
         code = child.wait()
     if code != 0 and error is None:  # killed, or a crash before it could say why
-        last = next((x.strip() for x in reversed(lines) if x.strip()), "no output")
         error = f"the build process ended with exit {code} ({last})"
-    return _ChildOutcome(packages, error, tuple(lines))
+    return _ChildOutcome(packages, error)
 
 
 @contextlib.contextmanager
@@ -191,15 +191,17 @@ def _script_log(output_dir: Path, since: float) -> Path | None:
     return max(logs, key=lambda p: p.stat().st_mtime) if logs else None
 
 
-def _write_log(log_file: Path | None, output_dir: Path, error: str, script_log: Path | None,
-               lines: Sequence[str] = ()) -> Path:
+def _write_log(log_file: Path | None, output_dir: Path, error: str,
+               script_log: Path | None) -> Path:
+    """Add the error and the build script's own output to LOG_FILE, after the build's lines
+    (the build child wrote those as they came, so none of them is held in memory)."""
     path = log_file or output_dir / "lmsforge-build-error.log"
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = "".join(lines) + error
-    if script_log is not None:
-        text += f"\n\n--- the build script's output ({script_log}) ---\n"
-        text += script_log.read_text(errors="replace")
-    path.write_text(text)
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(error)
+        if script_log is not None:
+            log.write(f"\n\n--- the build script's output ({script_log}) ---\n")
+            log.write(script_log.read_text(errors="replace"))
     return path
 
 
