@@ -8,19 +8,16 @@ access layer; channels are made through quetz's REST API with that key, as an ad
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
-import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
-import filelock
+from tool_venv import cached_venv
 
 REQUIREMENTS = Path(__file__).parent / "data" / "quetz-requirements.txt"
 START_TIMEOUT_S = 180
@@ -41,22 +38,7 @@ db.commit()
 
 def quetz_venv(cache: Path) -> Path:
     """The venv with quetz installed (made on first use; about 90 s, from PyPI)."""
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:12]
-    venv = cache / f"quetz-venv-{digest}"
-    cache.mkdir(parents=True, exist_ok=True)
-    with filelock.FileLock(str(venv) + ".lock"):
-        if (venv / ".complete").is_file():
-            return venv
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                              "--disable-pip-version-check", "-r", str(REQUIREMENTS)],
-                             capture_output=True, text=True)
-        if pip.returncode != 0:
-            tail = " | ".join((pip.stderr or pip.stdout).strip().splitlines()[-3:])
-            raise RuntimeError(f"installing quetz into {venv} failed: {tail}")
-        (venv / ".complete").touch()
-    return venv
+    return cached_venv(cache, "quetz", REQUIREMENTS)
 
 
 def _free_port(host: str) -> int:

@@ -9,15 +9,12 @@ would not get the launcher's import alias, and the tests choose what "the driver
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-import filelock
+from tool_venv import cached_venv
 
 DATA = Path(__file__).parent / "data"
 REQUIREMENTS = DATA / "conda-requirements.txt"
@@ -26,23 +23,7 @@ LAUNCHER = DATA / "conda_launcher.py"
 
 def conda_venv(cache: Path) -> Path:
     """The venv holding the vendored conda (made on first use, from PyPI)."""
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes() + LAUNCHER.read_bytes()).hexdigest()[:12]
-    venv = cache / f"conda-venv-{digest}"
-    cache.mkdir(parents=True, exist_ok=True)
-    with filelock.FileLock(str(venv) + ".lock"):
-        if (venv / ".complete").is_file():
-            return venv
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                              "--disable-pip-version-check", "--no-deps", "-r",
-                              str(REQUIREMENTS)], capture_output=True, text=True)
-        if pip.returncode != 0:
-            tail = " | ".join((pip.stderr or pip.stdout).strip().splitlines()[-3:])
-            raise RuntimeError(f"installing conda into {venv} failed: {tail}")
-        shutil.copy2(LAUNCHER, venv / "bin" / "conda_launcher.py")
-        (venv / ".complete").touch()
-    return venv
+    return cached_venv(cache, "conda", REQUIREMENTS, pip_args=["--no-deps"], files=[LAUNCHER])
 
 
 class Conda:

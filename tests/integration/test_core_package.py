@@ -32,6 +32,7 @@ from lmsforge.commands import build as build_command
 from lmsforge.errors import UsageError
 from conftest import REPO_ROOT, real_test_cache
 from test_channel import TOKEN, ChannelServer, write_auth_file
+from test_hostile_inputs import descendants, still_running
 
 SERIES = recipes.SeriesIdentity(
     "pytorch", "v2.6.0", "a" * 64,
@@ -224,16 +225,13 @@ def test_a_build_shows_its_own_lines_as_it_runs(builds, work):
 
 def _build_process_started(proc: subprocess.Popen) -> bool:
     """Whether PROC's build child is compiling (has a descendant of its own)."""
-    from lmsforge import native_exit
-
-    table = native_exit._processes()
-    for pid in native_exit.children() if proc.poll() is None else []:
+    for pid in descendants(proc.pid) if proc.poll() is None else {}:
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"lmsforge.packaging.build_child" in command and table.get(pid, (0,))[0] == proc.pid:
-            return any(parent == pid for parent, _, _ in table.values())
+        if b"lmsforge.packaging.build_child" in command:
+            return bool(descendants(pid))
     return False
 
 
@@ -261,8 +259,6 @@ def test_a_signal_during_rattler_build_ends_the_build_within_seconds(tmp_path, s
 
 
 def _interrupt_a_build(tmp_path: Path, signum: int) -> None:
-    from lmsforge import native_exit
-
     command = [sys.executable, "-m", "lmsforge", *readme_command("build")[1:]]
     command[command.index("--channel") + 1] = str(tmp_path / "ch")
     command += ["--variant", "cuda=None"]  # one variant is enough to be inside a build
@@ -275,7 +271,7 @@ def _interrupt_a_build(tmp_path: Path, signum: int) -> None:
             not _build_process_started(proc):
         time.sleep(0.2)
     assert proc.poll() is None, f"ended before its build started: {proc.communicate()}"
-    started = _descendants_of(proc.pid)
+    started = descendants(proc.pid)
     signalled = time.monotonic()
     if signum == signal.SIGINT:
         os.killpg(proc.pid, signum)
@@ -294,9 +290,7 @@ def _interrupt_a_build(tmp_path: Path, signum: int) -> None:
     assert len(errors) == 1 and "nothing half-done was kept" in errors[0], err[-2000:]
     assert took < 30, f"{took:.0f} s after the signal"
     time.sleep(1)
-    alive = started & {pid for pid, (_, _, state) in native_exit._processes().items()
-                       if state not in "ZX"}
-    assert not alive, f"left running: {alive}"
+    assert still_running(started) == [], f"left running: {still_running(started)}"
     assert list(tmp_path.glob("ch/**/*.conda")) == []
 
 
@@ -306,19 +300,6 @@ def _signals_as_on_a_terminal() -> None:
     rightly keeps a signal its caller ignores."""
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
-
-
-def _descendants_of(pid: int) -> set[int]:
-    from lmsforge import native_exit
-
-    table = native_exit._processes()
-    found, parents = set(), {pid}
-    while True:
-        new = {p for p, (ppid, _, _) in table.items() if ppid in parents and p not in found}
-        if not new:
-            return found
-        found |= new
-        parents |= new
 
 
 @pytest.mark.slow
