@@ -108,10 +108,11 @@ def _processes() -> dict[int, tuple[int, int, str]]:
     return found
 
 
-def children() -> list[int]:
-    """Live descendants of this process (zombies, already ended, are left out)."""
+def children(root: int | None = None) -> list[int]:
+    """Live descendants of ROOT, by default this process (zombies, already ended, are left
+    out)."""
     table = _processes()
-    found, parents = [], {os.getpid()}
+    found, parents = [], {os.getpid() if root is None else root}
     while True:
         new = [pid for pid, (ppid, _, state) in table.items()
                if ppid in parents and pid not in found and pid not in parents]
@@ -144,6 +145,25 @@ def end_children(grace_s: float = 3.0) -> None:
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and children():
             time.sleep(0.05)
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL ROOT, its process group and every descendant's, from one look at the process
+    table taken first. ninja runs each compiler in a process group of its own: killing ninja's
+    group alone would leave them running, and once ninja is gone they are no longer ours to
+    find (hostile-inputs row 24)."""
+    table = _processes()
+    own_group = os.getpgrp()
+    targets = [root, *children(root)]
+    for pid in targets:
+        group = table.get(pid, (0, own_group, ""))[1]
+        try:
+            if group == pid and group != own_group:
+                os.killpg(group, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass  # gone meanwhile, or not ours to signal
 
 
 def exit_code(status: object) -> int:

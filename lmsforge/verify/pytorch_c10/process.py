@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
 from typing import IO, Mapping, NamedTuple, Sequence
+
+from lmsforge import native_exit
 
 
 class Finished(NamedTuple):
@@ -57,8 +58,7 @@ def run_logged(cmd: Sequence[str], log: IO[str], *, echo: bool = False,
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
-    # The whole group: a test program may have started helpers of its own.
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    # The whole tree, group by group: a test program may have started helpers of its own, and
+    # ninja starts every compiler in a process group of its own (Ctrl-C during a compile left
+    # cc1plus running for half a minute when only ninja's group was killed).
+    native_exit.kill_tree(proc.pid)
