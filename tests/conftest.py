@@ -82,14 +82,23 @@ def tensorflow_v2141_lms_tree(tmp_path_factory: pytest.TempPathFactory,
 
 
 @pytest.fixture(scope="session")
-def core_package_builds(tmp_path_factory: pytest.TempPathFactory,
-                        real_cache_dir: Path) -> tuple[Path, dict]:
+def lmsforge_wheel_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """lmsforge built as a wheel and installed into a folder of its own (tests/wheel_site.py)."""
+    import wheel_site
+
+    return wheel_site.install_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def core_package_builds(tmp_path_factory: pytest.TempPathFactory, real_cache_dir: Path,
+                        lmsforge_wheel_site: Path) -> tuple[Path, dict]:
     """The README's core package builds (no CUDA, host CUDA, ppc64le) into one lms-channel, made
-    once per session: test_core_package checks them, the quetz test publishes the CPU package."""
+    once per session: test_core_package checks them, the quetz test publishes the CPU package.
+    The no-CUDA build runs the wheel-installed lmsforge (test_wheel_install checks it)."""
     from test_core_package import run_builds  # a test module: imported only when needed
 
     work = tmp_path_factory.mktemp("readme")
-    return work, run_builds(work)
+    return work, run_builds(work, lmsforge_wheel_site)
 
 
 

@@ -33,6 +33,7 @@ from lmsforge.errors import UsageError
 from conftest import REPO_ROOT, real_test_cache
 from test_channel import TOKEN, ChannelServer, write_auth_file
 from test_hostile_inputs import descendants, still_running
+import wheel_site
 
 SERIES = recipes.SeriesIdentity(
     "pytorch", "v2.6.0", "a" * 64,
@@ -49,14 +50,18 @@ def readme_command(program: str) -> list[str]:
 
 
 def lmsforge(args: list[str], cwd: Path, *, env: dict[str, str] | None = None,
-             wrap: list[str] | None = None) -> subprocess.CompletedProcess:
-    """Run the real CLI (ARGS begins with "lmsforge") in a subprocess on the shared test cache."""
+             wrap: list[str] | None = None, site: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the real CLI (ARGS begins with "lmsforge") in a subprocess on the shared test cache;
+    with SITE, the lmsforge installed there from its wheel (the result's `lmsforge_site` says
+    so), else this checkout's."""
     command = [*(wrap or []), sys.executable, "-m", "lmsforge", *args[1:]]
-    environment = {**os.environ, "LMSFORGE_CACHE_DIR": str(real_test_cache()), **(env or {})}
+    base = wheel_site.environment(site) if site else dict(os.environ)
+    environment = {**base, "LMSFORGE_CACHE_DIR": str(real_test_cache()), **(env or {})}
     start = time.monotonic()
     proc = subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True)
-    print(f"\n$ {' '.join(args)}  [{time.monotonic() - start:.0f} s, exit {proc.returncode}]\n"
-          f"{proc.stdout}{proc.stderr}")
+    proc.lmsforge_site = site
+    print(f"\n$ {' '.join(args)}  [{time.monotonic() - start:.0f} s, exit {proc.returncode}]"
+          f"{f'  (lmsforge installed in {site})' if site else ''}\n{proc.stdout}{proc.stderr}")
     return proc
 
 
@@ -77,13 +82,14 @@ def without_cuda() -> tuple[list[str], dict[str, str], str]:
     return [], {**env, "CUDA_HOME": str(empty)}, f"CUDA_HOME={empty} (no mount namespace here)"
 
 
-def run_builds(work: Path) -> dict[str, subprocess.CompletedProcess]:
+def run_builds(work: Path, wheel_site_dir: Path) -> dict[str, subprocess.CompletedProcess]:
     """Every build of this module, in order, into WORK/lms-channel (once per session: the
-    ``core_package_builds`` fixture of conftest.py, which the quetz test reuses)."""
+    ``core_package_builds`` fixture of conftest.py, which the quetz test reuses). The first runs
+    the lmsforge installed from its wheel in WHEEL_SITE_DIR (test_wheel_install checks it)."""
     readme = readme_command("build")
     wrap, env, how = without_cuda()
     print(f"\nno CUDA toolkit: {how}")
-    results = {"no-cuda": lmsforge(readme, work, env=env, wrap=wrap)}
+    results = {"no-cuda": lmsforge(readme, work, env=env, wrap=wrap, site=wheel_site_dir)}
     results["readme"] = lmsforge(readme, work)
     results["ppc64le"] = lmsforge([*readme, "--platform", "linux-ppc64le"], work)
     results["again"] = lmsforge(readme, work)

@@ -2,21 +2,21 @@
 recipes, the benchmarks and the simulator's C++ travel in the wheel, and an installed lmsforge
 finds them, with no checkout anywhere near it.
 
-The wheel is built with pip from a copy of this checkout and installed with pip into a folder of
-its own; every command then runs from an empty folder with only that folder on PYTHONPATH (the
-dependencies come from the interpreter running the tests)."""
+The wheel is built and installed once per session (tests/wheel_site.py); every command runs from
+an empty folder with only the installed copy on PYTHONPATH. The session's no-CUDA core package
+build (test_core_package) runs with this copy too, and the last test here checks it."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
+
+import wheel_site
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_BESIDE = ("patches", "recipes", "bench", "docs/gpu.md")
@@ -31,41 +31,15 @@ def _tracked(*paths: str) -> list[str]:
     return listed.stdout.split()
 
 
-def _build_isolation_flag() -> list[str]:
-    """Without build isolation when this interpreter has a setuptools that can build us (no
-    download); otherwise pip fetches one, as any user's pip would."""
-    try:
-        import setuptools
-    except ImportError:
-        return []
-    return ["--no-build-isolation"] if int(setuptools.__version__.split(".")[0]) >= 64 else []
-
-
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder the wheel was installed into (pip install --target)."""
-    root = tmp_path_factory.mktemp("wheel")
-    source = root / "src"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "_bundled"))
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    built = subprocess.run([*pip, "wheel", "--quiet", "--no-deps", *_build_isolation_flag(),
-                            "-w", str(root / "dist"), str(source)],
-                           capture_output=True, text=True, timeout=600)
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (root / "dist").glob("lmsforge-*.whl")
-    site = root / "site"
-    done = subprocess.run([*pip, "install", "--quiet", "--no-deps", "--target", str(site),
-                           str(wheel)], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    assert zipfile.is_zipfile(wheel)
-    return site
+def installed(lmsforge_wheel_site: Path) -> Path:
+    """The folder the wheel was installed into (pip install --target; once per session)."""
+    return lmsforge_wheel_site
 
 
 def _lmsforge(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("LMSFORGE_PATCHES_DIR",)}
-    env["PYTHONPATH"] = str(site)
-    return subprocess.run([sys.executable, "-m", "lmsforge", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "lmsforge", *args], cwd=cwd,
+                          env=wheel_site.environment(site),
                           capture_output=True, text=True, timeout=900)
 
 
@@ -125,3 +99,21 @@ def test_an_installed_lmsforge_writes_no_series_into_its_own_copy(installed: Pat
         lines[0], refused.stderr
     assert sorted(p.name for p in (installed / "lmsforge" / "_bundled" / "patches" / "pytorch")
                   .iterdir()) == before
+
+
+@pytest.mark.slow
+def test_an_installed_lmsforge_builds_the_core_package(installed: Path, core_package_builds,
+                                                       tmp_path: Path) -> None:
+    """The session's no-CUDA build ran `lmsforge build` with only the installed copy importable
+    (test_core_package.run_builds), from a folder with no checkout: its recipe and series came
+    from the wheel, and it made the CPU core package."""
+    work, builds = core_package_builds
+    assert wheel_site.imported_from(installed, work) == installed / "lmsforge" / "__init__.py"
+    result = builds["no-cuda"]
+    assert result.returncode == 0, result.stderr
+    assert getattr(result, "lmsforge_site", None) == installed, \
+        "the no-CUDA build did not run the wheel-installed lmsforge"
+    built = [line for line in result.stdout.splitlines() if line.startswith("built ")]
+    assert len(built) == 1 and "linux-64/pytorch-lms-core-2.6.0-cpu_lms_h" in built[0], \
+        result.stdout
+    assert (work / "lms-channel" / built[0].split()[1]).is_file(), built[0]
