@@ -67,7 +67,7 @@ def run(opts: Options, framework: str, tag: str, profile: str, platform: str,
             with ui.step(f"rattler-build {framework} {tag} {profile} ({label}) for {platform}",
                          progress=live.progress):
                 result = build.build_variant(
-                    rendered, combination, _output_folder(opts, framework, tag, identity),
+                    rendered, combination, _output_folder(opts, framework, tag, identity, rendered),
                     tools=tools, jobs=opts.jobs, shown=live.show,
                     log_file=opts.cache.build_dir(framework, tag, "logs") / "rattler-build.log")
             for package in result.packages:
@@ -141,20 +141,30 @@ def _not_yet_in_channel(rendered: recipes.RenderResult, plan: build_plan.BuildPl
     return todo
 
 
-def _output_folder(opts: Options, framework: str, tag: str,
-                   identity: recipes.SeriesIdentity) -> Path:
-    """rattler-build's output folder, one per series and upstream tree. rattler-build skips an
-    output whose package is already there (a multi-Python build makes the Python-independent
-    libtorch once, not once per Python); a package name does not change with the series, so a
-    folder shared with another series would hand out a package built from other sources."""
-    return opts.cache.build_dir(framework, tag, "rattler-out") / build_key(identity)
+def _output_folder(opts: Options, framework: str, tag: str, identity: recipes.SeriesIdentity,
+                   rendered: recipes.RenderResult) -> Path:
+    """rattler-build's output folder, one per series, upstream tree and recipe (build_key).
+    rattler-build skips an output whose package is already there (a multi-Python build makes the
+    Python-independent libtorch once, not once per Python); a package name does not change with
+    the series or the recipe, so a shared folder would hand out a package built otherwise."""
+    return (opts.cache.build_dir(framework, tag, "rattler-out")
+            / build_key(identity, rendered.recipe_dir))
 
 
-def build_key(identity: recipes.SeriesIdentity) -> str:
-    """What makes two builds of one tag the same: the series and the upstream tree."""
-    text = json.dumps({"series": identity.series_hash, "upstream": identity.upstream},
-                      sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def build_key(identity: recipes.SeriesIdentity, recipe_dir: Path) -> str:
+    """What makes two builds of one tag the same: the series, the upstream tree, and every byte
+    of the rendered recipe (its scripts, licences) and of the harness the recipe builds with.
+    rattler-build skips an output by its file name alone, which a changed recipe keeps: an
+    lmsforge upgrade that adds a licence file must not get the old package back."""
+    digest = hashlib.sha256(json.dumps({"series": identity.series_hash,
+                                        "upstream": identity.upstream},
+                                       sort_keys=True).encode())
+    for root in (recipe_dir, recipes.HARNESS_DIR):
+        for path in sorted(p for p in root.rglob("*") if p.is_file()
+                           and "__pycache__" not in p.parts):
+            digest.update(f"{path.relative_to(root)}\0".encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:16]
 
 
 def _same_build(recorded: dict, identity: recipes.SeriesIdentity) -> bool:

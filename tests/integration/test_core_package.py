@@ -203,7 +203,7 @@ def test_every_package_declares_what_it_needs_and_carries_its_licences(builds, w
         assert ("__cuda" in depends) == cuda, index["depends"]
         assert about.get("home", "").rstrip("/") == "https://pytorch.org", about
         licences = {Path(n).name for n in info if n.startswith("info/licenses/")}
-        assert {"LICENSE", "cpuinfo.txt", "fmt.txt", "googletest.txt"} <= licences, licences
+        assert {"LICENSE", "NOTICE", "cpuinfo.txt", "fmt.txt", "googletest.txt"} <= licences, licences
         assert any(n.startswith("lib/libcpuinfo.so") for n in payload), sorted(payload)
         if cuda:
             assert "cuda-runtime.txt" in licences, licences

@@ -89,14 +89,26 @@ def test_two_pythons_build_the_shared_output_once_into_one_channel(tmp_path):
                             *[p.name for p in first if "py311" in p.name]}), names
 
 
-def test_another_series_or_upstream_builds_into_another_output_folder():
-    """rattler-build skips an output by its file name, which does not change with the series: a
-    folder shared between series would hand out a package built from other sources."""
+def test_another_series_upstream_or_recipe_builds_into_another_output_folder(tmp_path):
+    """rattler-build skips an output by its file name, which does not change with the series or
+    the recipe: a folder shared between them would hand out a package built from other sources,
+    or without the licence file a newer recipe adds (a test build got the stale package)."""
+    recipe = tmp_path / "recipe"
+    (recipe / "licenses").mkdir(parents=True)
+    (recipe / "recipe.yaml").write_text("license_file: [LICENSE]\n")
+    (recipe / "licenses" / "fmt.txt").write_text("MIT\n")
     upstream = {"kind": "archive", "sha256": "a" * 64}
     one = recipes.SeriesIdentity("pytorch", "v2.6.0", "1" * 64, upstream)
-    assert build_command.build_key(one) == build_command.build_key(
-        recipes.SeriesIdentity("pytorch", "v2.6.0", "1" * 64, dict(upstream)))
-    assert build_command.build_key(one) != build_command.build_key(
-        recipes.SeriesIdentity("pytorch", "v2.6.0", "2" * 64, upstream))
-    assert build_command.build_key(one) != build_command.build_key(
-        recipes.SeriesIdentity("pytorch", "v2.6.0", "1" * 64, {**upstream, "sha256": "b" * 64}))
+    key = build_command.build_key(one, recipe)
+    assert key == build_command.build_key(
+        recipes.SeriesIdentity("pytorch", "v2.6.0", "1" * 64, dict(upstream)), recipe)
+    assert key != build_command.build_key(
+        recipes.SeriesIdentity("pytorch", "v2.6.0", "2" * 64, upstream), recipe)
+    assert key != build_command.build_key(
+        recipes.SeriesIdentity("pytorch", "v2.6.0", "1" * 64, {**upstream, "sha256": "b" * 64}),
+        recipe)
+    (recipe / "recipe.yaml").write_text("license_file: [LICENSE, NOTICE]\n")
+    changed = build_command.build_key(one, recipe)
+    assert changed != key
+    (recipe / "licenses" / "fmt.txt").write_text("MIT, another year\n")
+    assert build_command.build_key(one, recipe) not in (key, changed)
