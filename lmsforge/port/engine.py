@@ -410,13 +410,15 @@ def _commit_resolution(tree: Path, state: PortState, patch: PatchState) -> None:
     shutil.copyfile(index, backup)
     try:
         git.run(["add", "-u"], tree)
-        check = git.run(["diff", "--cached", "--check"], tree, check=False)
+        # cr-at-eol: the CR of a CRLF file's line is its line end, not trailing whitespace.
+        check = git.run(["-c", "core.whitespace=cr-at-eol", "diff", "--cached", "--check"],
+                        tree, check=False)
         if check.returncode != 0:
             where = sorted({ln.split(":", 1)[0] for ln in check.stdout.decode(errors="replace")
                             .splitlines() if ":" in ln and not ln.startswith(("+", "-"))})
             raise UsageError(f"whitespace errors in {', '.join(where[:5]) or 'the resolution'} "
-                             f"(`git -C {quoted} diff HEAD --check` lists them); fix them, then "
-                             f"`{command(state, tree, 'continue')}`")
+                             f"(`git -C {quoted} -c core.whitespace=cr-at-eol diff HEAD --check` "
+                             f"lists them); fix them, then `{command(state, tree, 'continue')}`")
         if git.run(["diff", "--cached", "--quiet", "HEAD"], tree, check=False).returncode == 0:
             raise UsageError(
                 f"the resolution leaves {patch.file} empty: it changes nothing on "

@@ -110,7 +110,8 @@ def rerere_resolved(tree: Path) -> bool:
     if cherry_pick_head(tree) is None:
         return False
     return not conflicted_files(tree) and \
-        git.run(["diff", "--cached", "--check"], tree, check=False).returncode == 0
+        git.run(["-c", "core.whitespace=cr-at-eol", "diff", "--cached", "--check"], tree,
+                check=False).returncode == 0
 
 
 def clear_stale_git_locks(tree: Path) -> None:

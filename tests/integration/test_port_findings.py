@@ -790,3 +790,83 @@ def test_r2_f9_a_clean_pick_killed_inside_git_is_reported_picked(git_series, tmp
     text = report(git_series, "v1.1.0")
     assert "| lms-core | 0010-lms-core.patch | picked |" in text
     assert "rerere" not in text.split("## Patches")[1].split("## Time")[0]
+
+
+# --- torture round 2, row 7: CRLF content round-trips byte for byte ---------------------------
+
+CONFIG_V1 = b"[core]\r\nname=toy\r\nlevel=1\r\nmode=fast\r\n"
+CONFIG_V2 = CONFIG_V1.replace(b"level=1", b"level=2")
+OTHER_V1 = b"[other]\r\nkeep=1\r\n"
+
+
+def make_crlf_toy(root: Path) -> dict[str, Path]:
+    """A toy upstream with CRLF files (v1.0.0; v2.0.0 changes a line of win/config.ini) and a
+    series on v1.0.0 that edits both CRLF files, made by `apply --new`, commits and `export`."""
+    from fixtures import commit_patch
+    from port_helpers import declare_toy
+
+    upstream = root / "crlf-upstream"
+    (upstream / "win").mkdir(parents=True)
+    git(upstream, "init", "-q", "-b", "main")
+    (upstream / ".gitattributes").write_text("* -text\n")
+    (upstream / "win" / "config.ini").write_bytes(CONFIG_V1)
+    (upstream / "win" / "other.ini").write_bytes(OTHER_V1)
+    git(upstream, "add", ".")
+    git(upstream, "commit", "-q", "-m", "toy 1.0.0")
+    git(upstream, "tag", "v1.0.0")
+    (upstream / "win" / "config.ini").write_bytes(CONFIG_V2)
+    git(upstream, "commit", "-q", "-am", "toy 2.0.0: level 2")
+    git(upstream, "tag", "v2.0.0")
+    patches = declare_toy(root, upstream, ("v1.0.0", "v2.0.0"))
+    tree = root / "work" / "crlf-tree"
+    result = lmsforge("--patches-dir", str(patches), "apply", "-f", "toy", "-t", "v1.0.0",
+                      "--new", "--source", "git", "--into", str(tree))
+    assert result.exit_code == 0, result.output
+    commit_patch(tree, "other-tweak", "build-fix", "Tweak the other settings",
+                 lambda t: (t / "win" / "other.ini").write_bytes(OTHER_V1 + b"lms=1\r\n"))
+    commit_patch(tree, "config-tweak", "hook", "LMS level",
+                 lambda t: (t / "win" / "config.ini").write_bytes(
+                     CONFIG_V1.replace(b"level=1", b"level=1\r\nlms=on")))
+    return {"upstream": upstream, "patches": patches, "tree": tree, "root": root,
+            "work": root / "work"}
+
+
+def test_r2_row7_a_series_editing_a_crlf_file_exports_and_applies_byte_for_byte(tmp_path):
+    toy = make_crlf_toy(tmp_path / "crlf")
+    exported = lmsforge("--patches-dir", str(toy["patches"]), "export", "-f", "toy", "-t",
+                        "v1.0.0", "--tree", str(toy["tree"]))
+    assert exported.exit_code == 0, exported.output
+    patch = (toy["patches"] / "toy" / "v1.0.0" /
+             series_file(toy, "v1.0.0", "config-tweak")).read_bytes()
+    assert b"+lms=on\r\n" in patch
+    again = tmp_path / "again"
+    applied = cli(toy, "apply", "-f", "toy", "-t", "v1.0.0", "--source", "git", "--into",
+                  str(again))
+    assert applied.exit_code == 0, applied.output
+    for name in ("config.ini", "other.ini"):
+        assert (again / "win" / name).read_bytes() == (toy["tree"] / "win" / name).read_bytes()
+
+
+def test_r2_row7_a_crlf_resolution_is_accepted_and_the_port_finishes(tmp_path):
+    toy = make_crlf_toy(tmp_path / "crlf")
+    exported = lmsforge("--patches-dir", str(toy["patches"]), "export", "-f", "toy", "-t",
+                        "v1.0.0", "--tree", str(toy["tree"]))
+    assert exported.exit_code == 0, exported.output
+    into = tmp_path / "port"
+    line = stop_line(start(toy, "v2.0.0", into))
+    assert "port stopped at 0020-config-tweak.patch" in line, line
+    resolved = CONFIG_V2.replace(b"level=2", b"level=2\r\nlms=on")
+    (into / "win" / "config.ini").write_bytes(resolved)
+    git(into, "add", "win/config.ini")
+    done = port(toy, into, "--continue")
+    assert done.exit_code == 0, done.output
+    assert git(into, "cat-file", "blob", "lms/toy/v2.0.0:win/config.ini").encode() + b"\n" \
+        == resolved or (into / "win" / "config.ini").read_bytes() == resolved
+    new = toy["patches"] / "toy" / "v2.0.0"
+    assert b"+lms=on\r\n" in (new / series_file(toy, "v2.0.0", "config-tweak")).read_bytes()
+    checked = tmp_path / "checked"
+    applied = cli(toy, "apply", "-f", "toy", "-t", "v2.0.0", "--source", "git", "--into",
+                  str(checked))
+    assert applied.exit_code == 0, applied.output
+    assert (checked / "win" / "config.ini").read_bytes() == resolved
+    assert (checked / "win" / "other.ini").read_bytes() == OTHER_V1 + b"lms=1\r\n"
