@@ -49,13 +49,13 @@ from lmsforge.port.state import (
 )
 from lmsforge.port.steps import (
     CONTINUE_ENV,
-    MARKER,
     PORT_ENV,
     branch_commits,
     check_branch,
     cherry_pick_head,
     clear_stale_git_locks,
     conflicted_files,
+    holds_markers,
     landed,
     needs_hand_staging,
     require_branch_b,
@@ -386,7 +386,7 @@ def _commit_resolution(tree: Path, state: PortState, patch: PatchState) -> None:
     """Check the resolution without touching the conflict state; commit it if it is sound."""
     changed = git.out(["diff", "--name-only", "HEAD"], tree).splitlines()
     marked = [path for path in changed
-              if (tree / path).is_file() and MARKER.search((tree / path).read_bytes())]
+              if (tree / path).is_file() and holds_markers((tree / path).read_bytes())]
     quoted = shlex.quote(str(tree))
     if marked:
         raise UsageError(

@@ -35,6 +35,23 @@ GUIDED_NOTE = "carried from the previous port"
 MARKER = re.compile(rb"^(<{7}|>{7})( |$)", re.M)
 
 
+_WIDE_ENCODINGS = ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be")
+
+
+def holds_markers(data: bytes) -> bool:
+    """Whether DATA has conflict marker lines, in ASCII or in a UTF-16/32 text (which git sees
+    as binary, so a user's hand-written markers in it are still the file's words)."""
+    if MARKER.search(data):
+        return True
+    if b"\0" not in data:
+        return False
+    for encoding in _WIDE_ENCODINGS:
+        text = data.decode(encoding, errors="ignore").lstrip("\ufeff")
+        if MARKER.search(text.encode("utf-8", errors="ignore")):
+            return True
+    return False
+
+
 class PortStopped(LmsforgeError):
     exit_code = EXIT_STOPPED
 
@@ -102,7 +119,7 @@ def needs_hand_staging(tree: Path, path: str, stages: dict[str, str]) -> str | N
 
 def has_markers(tree: Path, path: str) -> bool:
     file = tree / path
-    return not file.is_file() or bool(MARKER.search(file.read_bytes()))
+    return not file.is_file() or holds_markers(file.read_bytes())
 
 
 def rerere_resolved(tree: Path) -> bool:

@@ -870,3 +870,19 @@ def test_r2_row7_a_crlf_resolution_is_accepted_and_the_port_finishes(tmp_path):
     assert applied.exit_code == 0, applied.output
     assert (checked / "win" / "config.ini").read_bytes() == resolved
     assert (checked / "win" / "other.ini").read_bytes() == OTHER_V1 + b"lms=1\r\n"
+
+
+# --- torture round 2, row 13: conflict markers in a UTF-16 file are refused like ASCII ones -----
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_r2_row13_continue_refuses_markers_in_a_utf16_file(hazard, tmp_path, encoding):
+    into = tmp_path / "port"
+    assert "port stopped at 0020-blob-mixed.patch" in stop_line(start(hazard, "v2.0.0", into))
+    text = "<<<<<<< HEAD\nupstream\n=======\npatched\n>>>>>>> LMS blob and hook\n"
+    (into / "assets" / "blob.bin").write_bytes(text.encode(encoding))
+    git(into, "add", "assets/blob.bin")
+    refused = port(hazard, into, "--continue")
+    assert refused.exit_code == 2, refused.output
+    assert "conflict markers remain in assets/blob.bin" in one_line_error(refused)
+    assert (into / ".git" / "CHERRY_PICK_HEAD").is_file()  # still stopped there
