@@ -886,3 +886,23 @@ def test_r2_row13_continue_refuses_markers_in_a_utf16_file(hazard, tmp_path, enc
     assert refused.exit_code == 2, refused.output
     assert "conflict markers remain in assets/blob.bin" in one_line_error(refused)
     assert (into / ".git" / "CHERRY_PICK_HEAD").is_file()  # still stopped there
+
+
+# --- torture round 2, row 14: the risk table counts binary changes upstream --------------------
+
+
+def test_r2_row14_the_risk_table_counts_a_binary_file_changed_upstream(hazard, tmp_path):
+    into = tmp_path / "port"
+    started = start(hazard, "v2.0.0", into)
+    stop_line(started)
+    blob_row = next(ln for ln in started.stdout.splitlines() if "0020-blob-mixed.patch" in ln)
+    assert "high (1 binary file changed upstream)" in blob_row, started.stdout
+    _resolve_blob(into)
+    stop_line(port(hazard, into, "--continue"))
+    git(into, "add", "src/legacy.c")
+    done = port(hazard, into, "--continue")
+    assert done.exit_code == 0, done.output
+    risk = report(hazard, "v2.0.0").split("## Risk table")[1]
+    row = next(ln for ln in risk.splitlines() if ln.startswith("| blob-mixed | "))
+    assert "none (files unchanged upstream)" not in row
+    assert "high (1 binary file changed upstream)" in row, row
