@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lmsforge import git
 from lmsforge.errors import EXIT_STOPPED, LmsforgeError, UsageError
-from lmsforge.port import guide as port_guide, state as port_state
+from lmsforge.port import guide as port_guide, report as port_report, state as port_state
 from lmsforge.port.state import (
     DONE,
     LOCK_FILE,
@@ -259,9 +259,12 @@ def find_culprit(tree: Path, state: PortState, patch: PatchState) -> str:
     index = {"GIT_INDEX_FILE": str(scratch(tree) / "index-culprit")}
 
     def applies(commit: str) -> bool:
+        # The pick follows upstream's renames, so the test does too: a commit that only moved
+        # a file is not what broke the patch.
+        renames = port_report.upstream_renames(tree, state.from_commit, commit, set(paths))
         git.run(["read-tree", commit], tree, env=index)
-        return git.run(["apply", "--check", "--cached"], tree, env=index, input=diff,
-                       check=False).returncode == 0
+        return git.run(["apply", "--check", "--cached"], tree, env=index,
+                       input=_renamed_diff(diff, renames), check=False).returncode == 0
 
     try:
         if not commits or applies(commits[-1]):
@@ -279,3 +282,26 @@ def find_culprit(tree: Path, state: PortState, patch: PatchState) -> str:
     culprit = commits[low]
     subject = git.out(["log", "-1", "--format=%s", culprit], tree)
     return f"first breaking upstream commit {culprit[:12]} ({subject})"
+
+
+def _renamed_diff(diff: bytes, renames: dict[str, str]) -> bytes:
+    """DIFF (of `git diff`) with the paths in its file headers moved by RENAMES (old -> new)."""
+    if not renames:
+        return diff
+    moved = {old.encode(): new.encode() for old, new in renames.items()}
+    lines = diff.split(b"\n")
+    header = False
+    for number, line in enumerate(lines):
+        if line.startswith(b"diff --git "):
+            header = True
+        elif line.startswith((b"@@", b"GIT binary patch")):
+            header = False
+        if not header:
+            continue
+        for old, new in moved.items():
+            if line == b"diff --git a/" + old + b" b/" + old:
+                line = b"diff --git a/" + new + b" b/" + new
+            elif line in (b"--- a/" + old, b"+++ b/" + old):
+                line = line[:6] + new
+        lines[number] = line
+    return b"\n".join(lines)

@@ -906,3 +906,42 @@ def test_r2_row14_the_risk_table_counts_a_binary_file_changed_upstream(hazard, t
     row = next(ln for ln in risk.splitlines() if ln.startswith("| blob-mixed | "))
     assert "none (files unchanged upstream)" not in row
     assert "high (1 binary file changed upstream)" in row, row
+
+
+# --- torture round 2, row 15: the culprit of a conflict in a renamed file follows the rename ---
+
+ENGINE_V1 = "".join(f"int engine_{i}(void) {{ return {i}; }}\n" for i in range(12))
+
+
+def test_r2_row15_the_culprit_of_a_renamed_and_modified_file_is_the_change(tmp_path):
+    from fixtures import commit_patch
+    from port_helpers import declare_toy
+
+    root = tmp_path / "engine"
+    upstream = root / "engine-upstream"
+    (upstream / "src").mkdir(parents=True)
+    git(upstream, "init", "-q", "-b", "main")
+    (upstream / "src" / "engine.c").write_text(ENGINE_V1)
+    git(upstream, "add", ".")
+    git(upstream, "commit", "-q", "-m", "toy 1.0.0")
+    git(upstream, "tag", "v1.0.0")
+    (upstream / "src" / "core").mkdir()
+    git(upstream, "mv", "src/engine.c", "src/core/engine.c")
+    (upstream / "src" / "core" / "engine.c").write_text("/* the engine */\n" + ENGINE_V1)
+    git(upstream, "commit", "-q", "-am", "engine moved")
+    (upstream / "src" / "core" / "engine.c").write_text(
+        "/* the engine */\n" + ENGINE_V1.replace("return 6;", "return 60;"))
+    git(upstream, "commit", "-q", "-am", "engine rework")
+    git(upstream, "tag", "v2.0.0")
+    patches = declare_toy(root, upstream, ("v1.0.0", "v2.0.0"))
+    tree = root / "work" / "engine-tree"
+    toy = {"patches": patches, "upstream": upstream}
+    assert cli(toy, "apply", "-f", "toy", "-t", "v1.0.0", "--new", "--source", "git", "--into",
+               str(tree)).exit_code == 0
+    commit_patch(tree, "engine-hook", "hook", "Hook the engine",
+                 lambda t: (t / "src" / "engine.c").write_text(
+                     ENGINE_V1.replace("return 6;", "return lms_6();")))
+    assert cli(toy, "export", "-f", "toy", "-t", "v1.0.0", "--tree", str(tree)).exit_code == 0
+    line = stop_line(start(toy, "v2.0.0", tmp_path / "port"))
+    rework = git(upstream, "rev-parse", "v2.0.0")
+    assert f"first breaking upstream commit {rework[:12]} (engine rework)" in line, line
