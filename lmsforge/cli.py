@@ -279,7 +279,7 @@ def status(ctx: click.Context, tree_path: Path | None, series: bool, framework: 
 @click.option("--reason", metavar="TEXT", help="Why --skip (recorded in series.yaml).")
 @click.option("--abort", is_flag=True, help="Stop the port and remove its work tree.")
 @click.option("--status", "show_status", is_flag=True, help="Show where the port stands.")
-@click.option("--previous", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--previous", type=click.Path(path_type=Path),  # a file: our one-line error
               help="An earlier series of --to made by a port from --from (moved aside): the "
                    "port carries its resolutions, folds and fixups.")
 @source_options

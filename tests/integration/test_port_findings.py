@@ -945,3 +945,32 @@ def test_r2_row15_the_culprit_of_a_renamed_and_modified_file_is_the_change(tmp_p
     line = stop_line(start(toy, "v2.0.0", tmp_path / "port"))
     rework = git(upstream, "rev-parse", "v2.0.0")
     assert f"first breaking upstream commit {rework[:12]} (engine rework)" in line, line
+
+
+# --- torture round 2, row 17: a bad --previous is named as given, in one line -----------------
+
+
+@pytest.mark.parametrize("damage", ["missing patch", "truncated patch"])
+def test_r2_row17_a_broken_previous_series_is_named_by_the_folder_given(git_series, tmp_path,
+                                                                       damage):
+    previous = tmp_path / "previous-v2"
+    shutil.copytree(git_series["patches"] / "toy" / "v1.0.0", previous)
+    patch = sorted(previous.glob("*.patch"))[0]
+    if damage == "missing patch":
+        patch.unlink()
+    else:
+        patch.write_bytes(patch.read_bytes()[:200])
+    refused = start(git_series, "v2.0.0", tmp_path / "port", "--previous", str(previous))
+    assert refused.exit_code == 2, refused.output
+    line = one_line_error(refused)
+    assert f"series {previous}: " in line and patch.name in line, line
+    assert not (tmp_path / "port").exists()
+
+
+def test_r2_row17_a_previous_that_is_a_file_is_one_line(git_series, tmp_path):
+    afile = tmp_path / "series.yaml"
+    afile.write_text("framework: toy\n")
+    refused = start(git_series, "v2.0.0", tmp_path / "port", "--previous", str(afile))
+    assert refused.exit_code == 2, refused.output
+    assert f"--previous {afile} is a file" in one_line_error(refused)
+    assert "Usage:" not in refused.output and "Try '" not in refused.output, refused.output
