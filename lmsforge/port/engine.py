@@ -55,6 +55,7 @@ from lmsforge.port.steps import (
     cherry_pick_head,
     clear_stale_git_locks,
     conflicted_files,
+    flag_hand_changes,
     holds_markers,
     landed,
     needs_hand_staging,
@@ -263,6 +264,8 @@ def proceed(tree: Path, state: PortState) -> Path:
     """Replay what is pending, then finish; returns the new series folder."""
     if state.phase == "replay":
         _replay(tree, state)
+    if state.finish is None:  # before anything is exported: the branch is what the series gets
+        flag_hand_changes(tree, state)
     return finish(tree, state)
 
 

@@ -32,6 +32,7 @@ CONTINUE_ENV = {**PORT_ENV, "GIT_EDITOR": "true"}
 RESOLVED_NOTE = "conflict resolved by hand (recorded for rerere)"
 RERERE_NOTE = "conflict resolved by a recorded resolution (rerere)"
 GUIDED_NOTE = "carried from the previous port"
+HAND_CHANGED_NOTE = "its commit was changed by hand after the port made it: review the range diff"
 MARKER = re.compile(rb"^(<{7}|>{7})( |$)", re.M)
 
 
@@ -64,8 +65,34 @@ def landed(tree: Path, state: PortState, patch: PatchState, outcome: str) -> Non
     guided = (f"the previous port decided {', '.join(patch.guided)}" if patch.guided else "")
     patch.status = outcome
     patch.note = "; ".join(n for n in (notes[outcome], guided, where) if n)
+    patch.commit_on_b = git.out(["rev-parse", "HEAD"], tree)  # the patch's commit, just made
     state.in_flight, state.in_flight_outcome = None, ""
     state.save(tree)
+
+
+def flag_hand_changes(tree: Path, state: PortState) -> None:
+    """Note each landed patch whose commit on branch B was changed since the port made it.
+
+    The branch check goes by trailers, so a hand edit of an earlier commit (an amend, a
+    fixup) passes it; the reviewer must still hear of it. A commit that was only rewritten
+    (a rebase under it) with the same change is not flagged.
+    """
+    now = dict((patch_id, commit) for commit, patch_id in branch_commits(tree, state))
+    for patch in state.patches:
+        commit = now.get(patch.id)
+        if patch.status not in DONE or not patch.commit_on_b or commit is None or \
+                commit == patch.commit_on_b or HAND_CHANGED_NOTE in patch.note:
+            continue
+        if _change_id(tree, commit) != _change_id(tree, patch.commit_on_b):
+            patch.note = "; ".join(n for n in (patch.note, HAND_CHANGED_NOTE) if n)
+    state.save(tree)
+
+
+def _change_id(tree: Path, commit: str) -> str:
+    """`git patch-id --stable` of COMMIT's change: equal for the same change rebased."""
+    shown = git.run(["show", "--format=", "--binary", commit], tree).stdout
+    words = git.run(["patch-id", "--stable"], tree, input=shown).stdout.decode().split()
+    return words[0] if words else ""
 
 
 def stop(tree: Path, state: PortState, patch: PatchState) -> None:

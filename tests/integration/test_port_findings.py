@@ -974,3 +974,25 @@ def test_r2_row17_a_previous_that_is_a_file_is_one_line(git_series, tmp_path):
     assert refused.exit_code == 2, refused.output
     assert f"--previous {afile} is a file" in one_line_error(refused)
     assert "Usage:" not in refused.output and "Try '" not in refused.output, refused.output
+
+
+# --- torture round 2, row 10: an earlier patch changed by hand is flagged ----------------------
+
+
+def test_r2_row10_an_earlier_commit_changed_by_hand_is_flagged_in_the_report(git_series,
+                                                                             tmp_path):
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    resolve_storage(into)
+    git(into, "cherry-pick", "--quit")
+    git(into, "commit", "-q", "-a", "--amend", "--no-edit")  # folded into allocator-hook
+    refused = port(git_series, into, "--continue")
+    assert refused.exit_code == 2, refused.output
+    skipped = port(git_series, into, "--skip", "--reason", "folded into the allocator hook")
+    assert skipped.exit_code == 0, skipped.output
+    text = report(git_series, "v2.0.0")
+    rows = text.split("## Patches")[1].split("## Time")[0]
+    row = next(ln for ln in rows.splitlines() if ln.startswith("| allocator-hook | "))
+    assert "changed by hand after the port made it" in row, row
+    core = next(ln for ln in rows.splitlines() if ln.startswith("| lms-core | "))
+    assert "changed by hand" not in core, core
