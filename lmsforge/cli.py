@@ -49,6 +49,7 @@ def _environment_error(exc: OSError, opts: Options) -> int:
     """A full disk or a permission the user lacks is not an lmsforge bug: one line, no log."""
     where = exc.filename or ""
     if exc.errno == errno.ENOSPC:
+        where = exc.filename2 or where  # a copy's full side is its destination (filename2)
         ui.error(f"no space left on the device of {where or opts.cache.root}; free space there, "
                  "or pass --cache-dir on a larger disk")
         return EXIT_FAILED

@@ -996,3 +996,71 @@ def test_r2_row10_an_earlier_commit_changed_by_hand_is_flagged_in_the_report(git
     assert "changed by hand after the port made it" in row, row
     core = next(ln for ln in rows.splitlines() if ln.startswith("| lms-core | "))
     assert "changed by hand" not in core, core
+
+
+# --- torture round 2, row 16: a full disk is named, and so is what the port left there ---------
+
+
+def _full_under(monkeypatch, full: Path) -> None:
+    """os.statvfs reports the device of FULL (and only it) as having no room left."""
+    real = os.statvfs
+
+    class Full:
+        f_bavail, f_frsize = 0, 4096
+
+    def statvfs(path):
+        return Full() if Path(path).resolve().is_relative_to(full.resolve()) else real(path)
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+
+
+def test_r2_row16_a_full_patches_folder_in_the_finish_is_named_with_its_staging_folder(
+        git_series, tmp_path, monkeypatch):
+    import errno as errno_mod
+    from lmsforge.series import export
+
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    resolve_storage(into)
+    git(into, "add", "src/storage.h")
+    patches = git_series["patches"]
+
+    def move(src, dst):  # what shutil.move raises when the copy to another device runs out
+        raise OSError(errno_mod.ENOSPC, "No space left on device", str(src), None, str(dst))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(export.shutil, "move", move)
+        _full_under(patched, patches)
+        failed = port(git_series, into, "--continue")
+    assert failed.exit_code == 1, failed.output
+    line = one_line_error(failed)
+    staging = [p for p in (patches / "toy").iterdir() if p.name.startswith(".v2.0.0.port-")]
+    assert len(staging) == 1, staging
+    assert f"no space left on the device of {patches}" in line, line
+    assert "lmsforge-port-tmp" not in line, line
+    assert f"stays in {staging[0]}" in line and "--continue" in line and "--abort" in line, line
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    assert not staging[0].exists()
+
+
+def test_r2_row16_a_full_work_tree_in_the_replay_is_named(git_series, tmp_path, monkeypatch):
+    from lmsforge.port import state as state_mod
+
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    resolve_storage(into)
+    git(into, "add", "src/storage.h")
+    real_save = state_mod.PortState.save
+
+    def save(self, tree):  # a write of an open file names no path
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(state_mod.PortState, "save", save)
+        _full_under(patched, into)
+        failed = port(git_series, into, "--continue")
+    assert failed.exit_code == 1, failed.output
+    line = one_line_error(failed)
+    assert f"no space left on the device of {into}" in line, line
+    assert state_mod.PortState.save is real_save
