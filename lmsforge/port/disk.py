@@ -45,7 +45,9 @@ def no_space(exc: OSError, places: list[Path], tree: Path | None,
     where = full_device(exc, places)
     device = f"the device of {where}" if where else "a device the port writes to"
     staging = Path(state.finish.staging) if state and state.finish else None
-    left = (f"; this port's unfinished series stays in {staging} until "
+    added = (f" (and the resolutions it was adding in {state.shared_rr_cache})"
+             if state and state.finish and state.finish.rr_added else "")
+    left = (f"; this port's unfinished series stays in {staging}{added} until "
             f"`{command(state, tree, 'continue')}` remakes it or "
             f"`{command(state, tree, 'abort')}` removes it"
             if state and tree and staging and staging.exists() else "")
