@@ -49,6 +49,7 @@ def _environment_error(exc: OSError, opts: Options) -> int:
     """A full disk or a permission the user lacks is not an lmsforge bug: one line, no log."""
     where = exc.filename or ""
     if exc.errno == errno.ENOSPC:
+        where = exc.filename2 or where  # a copy's full side is its destination (filename2)
         ui.error(f"no space left on the device of {where or opts.cache.root}; free space there, "
                  "or pass --cache-dir on a larger disk")
         return EXIT_FAILED
@@ -279,7 +280,7 @@ def status(ctx: click.Context, tree_path: Path | None, series: bool, framework: 
 @click.option("--reason", metavar="TEXT", help="Why --skip (recorded in series.yaml).")
 @click.option("--abort", is_flag=True, help="Stop the port and remove its work tree.")
 @click.option("--status", "show_status", is_flag=True, help="Show where the port stands.")
-@click.option("--previous", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--previous", type=click.Path(path_type=Path),  # a file: our one-line error
               help="An earlier series of --to made by a port from --from (moved aside): the "
                    "port carries its resolutions, folds and fixups.")
 @source_options

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 from lmsforge import ui
 from lmsforge.port import engine as port, finish as port_finish, guide as port_guide, state as port_state
+from lmsforge.port import disk as port_disk
 from lmsforge.series import catalogue, manifest as series_mod
 from lmsforge.upstream import tree as upstream
-from lmsforge.errors import UsageError
+from lmsforge.errors import LmsforgeError, UsageError
 from lmsforge.options import Options
 from lmsforge.port.state import PortState, command
 from lmsforge.port.steps import PortStopped
@@ -30,6 +32,25 @@ def run(opts: Options, framework: str | None, from_tag: str | None, to_tag: str 
         # Not an error: the port waits for the user (exit 3).
         ui.err.print(f"lmsforge: {stop}", markup=False, highlight=False)
         return stop.exit_code
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        raise _no_space(exc, opts, into, action, framework, to_tag) from exc
+
+
+def _no_space(exc: OSError, opts: Options, into: Path | None, action: str,
+              framework: str | None, to_tag: str | None) -> LmsforgeError:
+    """The port's own words for a full disk: which device, and what it left there."""
+    tree: Path | None = None
+    state = None
+    try:
+        tree = (port_state.locate(into, action) if action != "start" else
+                (into or Path.cwd() / f"lms-port-{framework}-{to_tag}").absolute())
+        state = PortState.load(tree)
+    except (LmsforgeError, OSError):
+        pass
+    places = [p for p in (tree, opts.patches_dir, opts.cache.root) if p is not None]
+    return port_disk.no_space(exc, places, tree, state)
 
 
 def _act(opts: Options, tree: Path, action: str, reason: str | None) -> int:

@@ -49,13 +49,14 @@ from lmsforge.port.state import (
 )
 from lmsforge.port.steps import (
     CONTINUE_ENV,
-    MARKER,
     PORT_ENV,
     branch_commits,
     check_branch,
     cherry_pick_head,
     clear_stale_git_locks,
     conflicted_files,
+    flag_hand_changes,
+    holds_markers,
     landed,
     needs_hand_staging,
     require_branch_b,
@@ -263,6 +264,8 @@ def proceed(tree: Path, state: PortState) -> Path:
     """Replay what is pending, then finish; returns the new series folder."""
     if state.phase == "replay":
         _replay(tree, state)
+    if state.finish is None:  # before anything is exported: the branch is what the series gets
+        flag_hand_changes(tree, state)
     return finish(tree, state)
 
 
@@ -386,7 +389,7 @@ def _commit_resolution(tree: Path, state: PortState, patch: PatchState) -> None:
     """Check the resolution without touching the conflict state; commit it if it is sound."""
     changed = git.out(["diff", "--name-only", "HEAD"], tree).splitlines()
     marked = [path for path in changed
-              if (tree / path).is_file() and MARKER.search((tree / path).read_bytes())]
+              if (tree / path).is_file() and holds_markers((tree / path).read_bytes())]
     quoted = shlex.quote(str(tree))
     if marked:
         raise UsageError(
@@ -410,13 +413,15 @@ def _commit_resolution(tree: Path, state: PortState, patch: PatchState) -> None:
     shutil.copyfile(index, backup)
     try:
         git.run(["add", "-u"], tree)
-        check = git.run(["diff", "--cached", "--check"], tree, check=False)
+        # cr-at-eol: the CR of a CRLF file's line is its line end, not trailing whitespace.
+        check = git.run(["-c", "core.whitespace=cr-at-eol", "diff", "--cached", "--check"],
+                        tree, check=False)
         if check.returncode != 0:
             where = sorted({ln.split(":", 1)[0] for ln in check.stdout.decode(errors="replace")
                             .splitlines() if ":" in ln and not ln.startswith(("+", "-"))})
             raise UsageError(f"whitespace errors in {', '.join(where[:5]) or 'the resolution'} "
-                             f"(`git -C {quoted} diff HEAD --check` lists them); fix them, then "
-                             f"`{command(state, tree, 'continue')}`")
+                             f"(`git -C {quoted} -c core.whitespace=cr-at-eol diff HEAD --check` "
+                             f"lists them); fix them, then `{command(state, tree, 'continue')}`")
         if git.run(["diff", "--cached", "--quiet", "HEAD"], tree, check=False).returncode == 0:
             raise UsageError(
                 f"the resolution leaves {patch.file} empty: it changes nothing on "

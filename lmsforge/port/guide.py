@@ -64,6 +64,9 @@ class Previous(NamedTuple):
 def check_previous(folder: Path, patches_dir: Path, framework: str, from_tag: str, to_tag: str,
                    to_commit: str, from_series: series_mod.Series) -> Previous:
     """The previous port in FOLDER, and where the series of FROM_TAG it was made from is."""
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--previous {folder} is a file; pass the folder of the earlier series "
+                         f"of {framework} {to_tag}")
     if not (folder / series_mod.MANIFEST).is_file():
         raise UsageError(f"--previous {folder} holds no series ({series_mod.MANIFEST} missing); "
                          f"pass the folder of the earlier series of {framework} {to_tag}")
@@ -101,7 +104,12 @@ def load_moved(folder: Path, scratch_dir: Path) -> series_mod.Series:
     copy = scratch_dir / names[0] / names[1]
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(folder, copy)
-    return series_mod.load(copy)
+    try:
+        return series_mod.load(copy)
+    except series_mod.SeriesProblems as exc:
+        # The copy is a temporary folder the user never named (and gone by the time they read
+        # this): the problems are the folder's they gave.
+        raise series_mod.SeriesProblems(folder, exc.problems) from None
 
 
 def find_in_history(patches_dir: Path, framework: str, tag: str, wanted_hash: str,

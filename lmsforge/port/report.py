@@ -42,12 +42,16 @@ def risk_table(repo: Path, a: str, b: str, series: series_mod.Series,
     for entry, upstream_files in touched:
         commits = 0
         lines = 0
+        binary = 0  # numstat has no line count for a binary file ("-"): counted apart
         for path in upstream_files:
             pair = [path, renames[path]] if path in renames else [path]
             numstat = git.out(["diff", "--numstat", "-M", a, b, "--", *pair], repo)
             for line in numstat.splitlines():
                 added, removed, _ = line.split("\t", 2)
-                lines += int(added) + int(removed) if added != "-" else 0
+                if added == "-":
+                    binary += 1
+                else:
+                    lines += int(added) + int(removed)
             if shared_history:
                 commits += int(git.out(["rev-list", "--count", f"{a}..{b}", "--", *pair],
                                        repo) or 0)
@@ -57,13 +61,18 @@ def risk_table(repo: Path, a: str, b: str, series: series_mod.Series,
         rows.append({"patch": entry.file, "upstream_files": len(upstream_files),
                      "upstream_lines_changed": lines,
                      "upstream_commits": commits if shared_history else None,
-                     "risk": _risk(upstream_files, lines), "renamed": moves})
+                     "upstream_binary_files": binary,
+                     "risk": _risk(upstream_files, lines, binary), "renamed": moves})
     return rows, renamed
 
 
-def _risk(upstream_files: list[str], lines: int) -> str:
+def _risk(upstream_files: list[str], lines: int, binary: int = 0) -> str:
     if not upstream_files:
         return "none (new files only)"
+    if binary:
+        # git cannot merge a binary file: a patch that changes one upstream changed conflicts.
+        return (f"high ({binary} binary file{'s' if binary > 1 else ''} changed upstream"
+                f"{f', and {lines} lines' if lines else ''})")
     if lines == 0:
         return "none (files unchanged upstream)"
     return "low" if lines < 50 else "medium" if lines < 500 else "high"

@@ -42,6 +42,7 @@ class PatchState:
     note: str = ""
     guided: list[str] = field(default_factory=list)  # files the previous port's work decided
     hand_seconds: float = 0.0  # from the stop at this patch to the command that went on
+    commit_on_b: str = ""  # the commit the port landed it as: a later hand change shows
 
 
 @dataclass

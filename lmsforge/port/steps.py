@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lmsforge import git
 from lmsforge.errors import EXIT_STOPPED, LmsforgeError, UsageError
-from lmsforge.port import guide as port_guide, state as port_state
+from lmsforge.port import guide as port_guide, report as port_report, state as port_state
 from lmsforge.port.state import (
     DONE,
     LOCK_FILE,
@@ -32,7 +32,25 @@ CONTINUE_ENV = {**PORT_ENV, "GIT_EDITOR": "true"}
 RESOLVED_NOTE = "conflict resolved by hand (recorded for rerere)"
 RERERE_NOTE = "conflict resolved by a recorded resolution (rerere)"
 GUIDED_NOTE = "carried from the previous port"
+HAND_CHANGED_NOTE = "its commit was changed by hand after the port made it: review the range diff"
 MARKER = re.compile(rb"^(<{7}|>{7})( |$)", re.M)
+
+
+_WIDE_ENCODINGS = ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be")
+
+
+def holds_markers(data: bytes) -> bool:
+    """Whether DATA has conflict marker lines, in ASCII or in a UTF-16/32 text (which git sees
+    as binary, so a user's hand-written markers in it are still the file's words)."""
+    if MARKER.search(data):
+        return True
+    if b"\0" not in data:
+        return False
+    for encoding in _WIDE_ENCODINGS:
+        text = data.decode(encoding, errors="ignore").lstrip("\ufeff")
+        if MARKER.search(text.encode("utf-8", errors="ignore")):
+            return True
+    return False
 
 
 class PortStopped(LmsforgeError):
@@ -47,8 +65,34 @@ def landed(tree: Path, state: PortState, patch: PatchState, outcome: str) -> Non
     guided = (f"the previous port decided {', '.join(patch.guided)}" if patch.guided else "")
     patch.status = outcome
     patch.note = "; ".join(n for n in (notes[outcome], guided, where) if n)
+    patch.commit_on_b = git.out(["rev-parse", "HEAD"], tree)  # the patch's commit, just made
     state.in_flight, state.in_flight_outcome = None, ""
     state.save(tree)
+
+
+def flag_hand_changes(tree: Path, state: PortState) -> None:
+    """Note each landed patch whose commit on branch B was changed since the port made it.
+
+    The branch check goes by trailers, so a hand edit of an earlier commit (an amend, a
+    fixup) passes it; the reviewer must still hear of it. A commit that was only rewritten
+    (a rebase under it) with the same change is not flagged.
+    """
+    now = dict((patch_id, commit) for commit, patch_id in branch_commits(tree, state))
+    for patch in state.patches:
+        commit = now.get(patch.id)
+        if patch.status not in DONE or not patch.commit_on_b or commit is None or \
+                commit == patch.commit_on_b or HAND_CHANGED_NOTE in patch.note:
+            continue
+        if _change_id(tree, commit) != _change_id(tree, patch.commit_on_b):
+            patch.note = "; ".join(n for n in (patch.note, HAND_CHANGED_NOTE) if n)
+    state.save(tree)
+
+
+def _change_id(tree: Path, commit: str) -> str:
+    """`git patch-id --stable` of COMMIT's change: equal for the same change rebased."""
+    shown = git.run(["show", "--format=", "--binary", commit], tree).stdout
+    words = git.run(["patch-id", "--stable"], tree, input=shown).stdout.decode().split()
+    return words[0] if words else ""
 
 
 def stop(tree: Path, state: PortState, patch: PatchState) -> None:
@@ -102,7 +146,7 @@ def needs_hand_staging(tree: Path, path: str, stages: dict[str, str]) -> str | N
 
 def has_markers(tree: Path, path: str) -> bool:
     file = tree / path
-    return not file.is_file() or bool(MARKER.search(file.read_bytes()))
+    return not file.is_file() or holds_markers(file.read_bytes())
 
 
 def rerere_resolved(tree: Path) -> bool:
@@ -110,7 +154,8 @@ def rerere_resolved(tree: Path) -> bool:
     if cherry_pick_head(tree) is None:
         return False
     return not conflicted_files(tree) and \
-        git.run(["diff", "--cached", "--check"], tree, check=False).returncode == 0
+        git.run(["-c", "core.whitespace=cr-at-eol", "diff", "--cached", "--check"], tree,
+                check=False).returncode == 0
 
 
 def clear_stale_git_locks(tree: Path) -> None:
@@ -241,9 +286,12 @@ def find_culprit(tree: Path, state: PortState, patch: PatchState) -> str:
     index = {"GIT_INDEX_FILE": str(scratch(tree) / "index-culprit")}
 
     def applies(commit: str) -> bool:
+        # The pick follows upstream's renames, so the test does too: a commit that only moved
+        # a file is not what broke the patch.
+        renames = port_report.upstream_renames(tree, state.from_commit, commit, set(paths))
         git.run(["read-tree", commit], tree, env=index)
-        return git.run(["apply", "--check", "--cached"], tree, env=index, input=diff,
-                       check=False).returncode == 0
+        return git.run(["apply", "--check", "--cached"], tree, env=index,
+                       input=_renamed_diff(diff, renames), check=False).returncode == 0
 
     try:
         if not commits or applies(commits[-1]):
@@ -261,3 +309,26 @@ def find_culprit(tree: Path, state: PortState, patch: PatchState) -> str:
     culprit = commits[low]
     subject = git.out(["log", "-1", "--format=%s", culprit], tree)
     return f"first breaking upstream commit {culprit[:12]} ({subject})"
+
+
+def _renamed_diff(diff: bytes, renames: dict[str, str]) -> bytes:
+    """DIFF (of `git diff`) with the paths in its file headers moved by RENAMES (old -> new)."""
+    if not renames:
+        return diff
+    moved = {old.encode(): new.encode() for old, new in renames.items()}
+    lines = diff.split(b"\n")
+    header = False
+    for number, line in enumerate(lines):
+        if line.startswith(b"diff --git "):
+            header = True
+        elif line.startswith((b"@@", b"GIT binary patch")):
+            header = False
+        if not header:
+            continue
+        for old, new in moved.items():
+            if line == b"diff --git a/" + old + b" b/" + old:
+                line = b"diff --git a/" + new + b" b/" + new
+            elif line in (b"--- a/" + old, b"+++ b/" + old):
+                line = line[:6] + new
+        lines[number] = line
+    return b"\n".join(lines)

@@ -202,11 +202,15 @@ def _undo(path: Path, created_folder: bool, existing: bool, previous_head: str |
 
 
 def am(path: Path, patches: list[Path]) -> None:
-    """`git am` the patches exactly (no -3, no fuzz); on failure abort and say what broke."""
+    """`git am` the patches exactly (no -3, no fuzz); on failure abort and say what broke.
+
+    --keep-cr: a patch line of a CRLF file ends in CR LF, and `git am` would strip the CR (its
+    mail splitting assumes a mail transport's line ends), so the hunk would not match the file.
+    """
     if not patches:
         return
     with git.repository(path) as repo:
-        status, stdout, stderr = repo.git.am("--quiet", *[str(p) for p in patches], env=AM_ENV,
+        status, stdout, stderr = repo.git.am("--quiet", "--keep-cr", *[str(p) for p in patches], env=AM_ENV,
                                              with_extended_output=True, with_exceptions=False)
     if status == 0:
         return

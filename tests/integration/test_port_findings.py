@@ -790,3 +790,277 @@ def test_r2_f9_a_clean_pick_killed_inside_git_is_reported_picked(git_series, tmp
     text = report(git_series, "v1.1.0")
     assert "| lms-core | 0010-lms-core.patch | picked |" in text
     assert "rerere" not in text.split("## Patches")[1].split("## Time")[0]
+
+
+# --- torture round 2, row 7: CRLF content round-trips byte for byte ---------------------------
+
+CONFIG_V1 = b"[core]\r\nname=toy\r\nlevel=1\r\nmode=fast\r\n"
+CONFIG_V2 = CONFIG_V1.replace(b"level=1", b"level=2")
+OTHER_V1 = b"[other]\r\nkeep=1\r\n"
+
+
+def make_crlf_toy(root: Path) -> dict[str, Path]:
+    """A toy upstream with CRLF files (v1.0.0; v2.0.0 changes a line of win/config.ini) and a
+    series on v1.0.0 that edits both CRLF files, made by `apply --new`, commits and `export`."""
+    from fixtures import commit_patch
+    from port_helpers import declare_toy
+
+    upstream = root / "crlf-upstream"
+    (upstream / "win").mkdir(parents=True)
+    git(upstream, "init", "-q", "-b", "main")
+    (upstream / ".gitattributes").write_text("* -text\n")
+    (upstream / "win" / "config.ini").write_bytes(CONFIG_V1)
+    (upstream / "win" / "other.ini").write_bytes(OTHER_V1)
+    git(upstream, "add", ".")
+    git(upstream, "commit", "-q", "-m", "toy 1.0.0")
+    git(upstream, "tag", "v1.0.0")
+    (upstream / "win" / "config.ini").write_bytes(CONFIG_V2)
+    git(upstream, "commit", "-q", "-am", "toy 2.0.0: level 2")
+    git(upstream, "tag", "v2.0.0")
+    patches = declare_toy(root, upstream, ("v1.0.0", "v2.0.0"))
+    tree = root / "work" / "crlf-tree"
+    result = lmsforge("--patches-dir", str(patches), "apply", "-f", "toy", "-t", "v1.0.0",
+                      "--new", "--source", "git", "--into", str(tree))
+    assert result.exit_code == 0, result.output
+    commit_patch(tree, "other-tweak", "build-fix", "Tweak the other settings",
+                 lambda t: (t / "win" / "other.ini").write_bytes(OTHER_V1 + b"lms=1\r\n"))
+    commit_patch(tree, "config-tweak", "hook", "LMS level",
+                 lambda t: (t / "win" / "config.ini").write_bytes(
+                     CONFIG_V1.replace(b"level=1", b"level=1\r\nlms=on")))
+    return {"upstream": upstream, "patches": patches, "tree": tree, "root": root,
+            "work": root / "work"}
+
+
+def test_r2_row7_a_series_editing_a_crlf_file_exports_and_applies_byte_for_byte(tmp_path):
+    toy = make_crlf_toy(tmp_path / "crlf")
+    exported = lmsforge("--patches-dir", str(toy["patches"]), "export", "-f", "toy", "-t",
+                        "v1.0.0", "--tree", str(toy["tree"]))
+    assert exported.exit_code == 0, exported.output
+    patch = (toy["patches"] / "toy" / "v1.0.0" /
+             series_file(toy, "v1.0.0", "config-tweak")).read_bytes()
+    assert b"+lms=on\r\n" in patch
+    again = tmp_path / "again"
+    applied = cli(toy, "apply", "-f", "toy", "-t", "v1.0.0", "--source", "git", "--into",
+                  str(again))
+    assert applied.exit_code == 0, applied.output
+    for name in ("config.ini", "other.ini"):
+        assert (again / "win" / name).read_bytes() == (toy["tree"] / "win" / name).read_bytes()
+
+
+def test_r2_row7_a_crlf_resolution_is_accepted_and_the_port_finishes(tmp_path):
+    toy = make_crlf_toy(tmp_path / "crlf")
+    exported = lmsforge("--patches-dir", str(toy["patches"]), "export", "-f", "toy", "-t",
+                        "v1.0.0", "--tree", str(toy["tree"]))
+    assert exported.exit_code == 0, exported.output
+    into = tmp_path / "port"
+    line = stop_line(start(toy, "v2.0.0", into))
+    assert "port stopped at 0020-config-tweak.patch" in line, line
+    resolved = CONFIG_V2.replace(b"level=2", b"level=2\r\nlms=on")
+    (into / "win" / "config.ini").write_bytes(resolved)
+    git(into, "add", "win/config.ini")
+    done = port(toy, into, "--continue")
+    assert done.exit_code == 0, done.output
+    assert git(into, "cat-file", "blob", "lms/toy/v2.0.0:win/config.ini").encode() + b"\n" \
+        == resolved or (into / "win" / "config.ini").read_bytes() == resolved
+    new = toy["patches"] / "toy" / "v2.0.0"
+    assert b"+lms=on\r\n" in (new / series_file(toy, "v2.0.0", "config-tweak")).read_bytes()
+    checked = tmp_path / "checked"
+    applied = cli(toy, "apply", "-f", "toy", "-t", "v2.0.0", "--source", "git", "--into",
+                  str(checked))
+    assert applied.exit_code == 0, applied.output
+    assert (checked / "win" / "config.ini").read_bytes() == resolved
+    assert (checked / "win" / "other.ini").read_bytes() == OTHER_V1 + b"lms=1\r\n"
+
+
+# --- torture round 2, row 13: conflict markers in a UTF-16 file are refused like ASCII ones -----
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_r2_row13_continue_refuses_markers_in_a_utf16_file(hazard, tmp_path, encoding):
+    into = tmp_path / "port"
+    assert "port stopped at 0020-blob-mixed.patch" in stop_line(start(hazard, "v2.0.0", into))
+    text = "<<<<<<< HEAD\nupstream\n=======\npatched\n>>>>>>> LMS blob and hook\n"
+    (into / "assets" / "blob.bin").write_bytes(text.encode(encoding))
+    git(into, "add", "assets/blob.bin")
+    refused = port(hazard, into, "--continue")
+    assert refused.exit_code == 2, refused.output
+    assert "conflict markers remain in assets/blob.bin" in one_line_error(refused)
+    assert (into / ".git" / "CHERRY_PICK_HEAD").is_file()  # still stopped there
+
+
+# --- torture round 2, row 14: the risk table counts binary changes upstream --------------------
+
+
+def test_r2_row14_the_risk_table_counts_a_binary_file_changed_upstream(hazard, tmp_path):
+    into = tmp_path / "port"
+    started = start(hazard, "v2.0.0", into)
+    stop_line(started)
+    blob_row = next(ln for ln in started.stdout.splitlines() if "0020-blob-mixed.patch" in ln)
+    assert "high (1 binary file changed upstream)" in blob_row, started.stdout
+    _resolve_blob(into)
+    stop_line(port(hazard, into, "--continue"))
+    git(into, "add", "src/legacy.c")
+    done = port(hazard, into, "--continue")
+    assert done.exit_code == 0, done.output
+    risk = report(hazard, "v2.0.0").split("## Risk table")[1]
+    row = next(ln for ln in risk.splitlines() if ln.startswith("| blob-mixed | "))
+    assert "none (files unchanged upstream)" not in row
+    assert "high (1 binary file changed upstream)" in row, row
+
+
+# --- torture round 2, row 15: the culprit of a conflict in a renamed file follows the rename ---
+
+ENGINE_V1 = "".join(f"int engine_{i}(void) {{ return {i}; }}\n" for i in range(12))
+
+
+def test_r2_row15_the_culprit_of_a_renamed_and_modified_file_is_the_change(tmp_path):
+    from fixtures import commit_patch
+    from port_helpers import declare_toy
+
+    root = tmp_path / "engine"
+    upstream = root / "engine-upstream"
+    (upstream / "src").mkdir(parents=True)
+    git(upstream, "init", "-q", "-b", "main")
+    (upstream / "src" / "engine.c").write_text(ENGINE_V1)
+    git(upstream, "add", ".")
+    git(upstream, "commit", "-q", "-m", "toy 1.0.0")
+    git(upstream, "tag", "v1.0.0")
+    (upstream / "src" / "core").mkdir()
+    git(upstream, "mv", "src/engine.c", "src/core/engine.c")
+    (upstream / "src" / "core" / "engine.c").write_text("/* the engine */\n" + ENGINE_V1)
+    git(upstream, "commit", "-q", "-am", "engine moved")
+    (upstream / "src" / "core" / "engine.c").write_text(
+        "/* the engine */\n" + ENGINE_V1.replace("return 6;", "return 60;"))
+    git(upstream, "commit", "-q", "-am", "engine rework")
+    git(upstream, "tag", "v2.0.0")
+    patches = declare_toy(root, upstream, ("v1.0.0", "v2.0.0"))
+    tree = root / "work" / "engine-tree"
+    toy = {"patches": patches, "upstream": upstream}
+    assert cli(toy, "apply", "-f", "toy", "-t", "v1.0.0", "--new", "--source", "git", "--into",
+               str(tree)).exit_code == 0
+    commit_patch(tree, "engine-hook", "hook", "Hook the engine",
+                 lambda t: (t / "src" / "engine.c").write_text(
+                     ENGINE_V1.replace("return 6;", "return lms_6();")))
+    assert cli(toy, "export", "-f", "toy", "-t", "v1.0.0", "--tree", str(tree)).exit_code == 0
+    line = stop_line(start(toy, "v2.0.0", tmp_path / "port"))
+    rework = git(upstream, "rev-parse", "v2.0.0")
+    assert f"first breaking upstream commit {rework[:12]} (engine rework)" in line, line
+
+
+# --- torture round 2, row 17: a bad --previous is named as given, in one line -----------------
+
+
+@pytest.mark.parametrize("damage", ["missing patch", "truncated patch"])
+def test_r2_row17_a_broken_previous_series_is_named_by_the_folder_given(git_series, tmp_path,
+                                                                       damage):
+    previous = tmp_path / "previous-v2"
+    shutil.copytree(git_series["patches"] / "toy" / "v1.0.0", previous)
+    patch = sorted(previous.glob("*.patch"))[0]
+    if damage == "missing patch":
+        patch.unlink()
+    else:
+        patch.write_bytes(patch.read_bytes()[:200])
+    refused = start(git_series, "v2.0.0", tmp_path / "port", "--previous", str(previous))
+    assert refused.exit_code == 2, refused.output
+    line = one_line_error(refused)
+    assert f"series {previous}: " in line and patch.name in line, line
+    assert not (tmp_path / "port").exists()
+
+
+def test_r2_row17_a_previous_that_is_a_file_is_one_line(git_series, tmp_path):
+    afile = tmp_path / "series.yaml"
+    afile.write_text("framework: toy\n")
+    refused = start(git_series, "v2.0.0", tmp_path / "port", "--previous", str(afile))
+    assert refused.exit_code == 2, refused.output
+    assert f"--previous {afile} is a file" in one_line_error(refused)
+    assert "Usage:" not in refused.output and "Try '" not in refused.output, refused.output
+
+
+# --- torture round 2, row 10: an earlier patch changed by hand is flagged ----------------------
+
+
+def test_r2_row10_an_earlier_commit_changed_by_hand_is_flagged_in_the_report(git_series,
+                                                                             tmp_path):
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    resolve_storage(into)
+    git(into, "cherry-pick", "--quit")
+    git(into, "commit", "-q", "-a", "--amend", "--no-edit")  # folded into allocator-hook
+    refused = port(git_series, into, "--continue")
+    assert refused.exit_code == 2, refused.output
+    skipped = port(git_series, into, "--skip", "--reason", "folded into the allocator hook")
+    assert skipped.exit_code == 0, skipped.output
+    text = report(git_series, "v2.0.0")
+    rows = text.split("## Patches")[1].split("## Time")[0]
+    row = next(ln for ln in rows.splitlines() if ln.startswith("| allocator-hook | "))
+    assert "changed by hand after the port made it" in row, row
+    core = next(ln for ln in rows.splitlines() if ln.startswith("| lms-core | "))
+    assert "changed by hand" not in core, core
+
+
+# --- torture round 2, row 16: a full disk is named, and so is what the port left there ---------
+
+
+def _full_under(monkeypatch, full: Path) -> None:
+    """os.statvfs reports the device of FULL (and only it) as having no room left."""
+    real = os.statvfs
+
+    class Full:
+        f_bavail, f_frsize = 0, 4096
+
+    def statvfs(path):
+        return Full() if Path(path).resolve().is_relative_to(full.resolve()) else real(path)
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+
+
+def test_r2_row16_a_full_patches_folder_in_the_finish_is_named_with_its_staging_folder(
+        git_series, tmp_path, monkeypatch):
+    import errno as errno_mod
+    from lmsforge.series import export
+
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    resolve_storage(into)
+    git(into, "add", "src/storage.h")
+    patches = git_series["patches"]
+
+    def move(src, dst):  # what shutil.move raises when the copy to another device runs out
+        raise OSError(errno_mod.ENOSPC, "No space left on device", str(src), None, str(dst))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(export.shutil, "move", move)
+        _full_under(patched, patches)
+        failed = port(git_series, into, "--continue")
+    assert failed.exit_code == 1, failed.output
+    line = one_line_error(failed)
+    staging = [p for p in (patches / "toy").iterdir() if p.name.startswith(".v2.0.0.port-")]
+    assert len(staging) == 1, staging
+    assert f"no space left on the device of {patches}" in line, line
+    assert "lmsforge-port-tmp" not in line, line
+    assert f"stays in {staging[0]}" in line and "--continue" in line and "--abort" in line, line
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    assert not staging[0].exists()
+
+
+def test_r2_row16_a_full_work_tree_in_the_replay_is_named(git_series, tmp_path, monkeypatch):
+    from lmsforge.port import state as state_mod
+
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    resolve_storage(into)
+    git(into, "add", "src/storage.h")
+    real_save = state_mod.PortState.save
+
+    def save(self, tree):  # a write of an open file names no path
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(state_mod.PortState, "save", save)
+        _full_under(patched, into)
+        failed = port(git_series, into, "--continue")
+    assert failed.exit_code == 1, failed.output
+    line = one_line_error(failed)
+    assert f"no space left on the device of {into}" in line, line
+    assert state_mod.PortState.save is real_save
