@@ -80,7 +80,10 @@ def run(tree_path: Path, identity: TreeIdentity, series: Series) -> LevelResult:
 
 def _check(tree_path: Path, identity: TreeIdentity, series: Series) -> dict[str, object]:
     tree = prepare_tree(tree_path, identity, series)
-    check = git.run(["diff", "--check", tree.base, "HEAD"], tree_path, check=False)
+    # cr-at-eol: the CR of a CRLF file's line is its line end, not trailing whitespace (a
+    # series may edit a CRLF file: `apply` keeps the CRs, see series/worktree.py).
+    check = git.run(["-c", "core.whitespace=cr-at-eol", "diff", "--check", tree.base, "HEAD"],
+                    tree_path, check=False)
     if check.returncode != 0:
         first = check.stdout.decode(errors="replace").strip().splitlines()[:1]
         raise LmsforgeError(f"`git diff --check` finds whitespace errors: {first[0] if first else ''}"

@@ -845,6 +845,10 @@ def test_r2_row7_a_series_editing_a_crlf_file_exports_and_applies_byte_for_byte(
     assert applied.exit_code == 0, applied.output
     for name in ("config.ini", "other.ini"):
         assert (again / "win" / name).read_bytes() == (toy["tree"] / "win" / name).read_bytes()
+    # verify's apply level takes the CR of a CRLF line for its line end, not for whitespace.
+    verified = cli(toy, "--cache-dir", str(tmp_path / "cache"), "verify", "-f", "toy", "-t",
+                   "v1.0.0", "--level", "apply", "--source", "git")
+    assert verified.exit_code == 0, verified.output
 
 
 def test_r2_row7_a_crlf_resolution_is_accepted_and_the_port_finishes(tmp_path):
