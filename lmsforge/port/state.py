@@ -316,10 +316,10 @@ def _unlock_scratch_worktrees(tree: Path) -> None:
     """`git worktree add` locks its entry ("initializing") until it is done, and `git worktree
     prune` keeps locked entries: a kill inside it would refuse every later add of that path.
     Only the port adds work trees in its scratch folder, and it holds the port lock."""
-    inside = str(git_dir(tree) / SCRATCH) + os.sep
+    inside = os.path.realpath(git_dir(tree) / SCRATCH) + os.sep  # git writes real paths
     for entry in (git_dir(tree) / "worktrees").glob("*"):
         try:
-            checkout = (entry / "gitdir").read_text().strip()
+            checkout = os.path.realpath((entry / "gitdir").read_text().strip())
         except OSError:
             continue
         if checkout.startswith(inside):
