@@ -57,28 +57,48 @@ def _act(opts: Options, tree: Path, action: str, reason: str | None) -> int:
     if action == "skip" and not (reason and reason.strip()):
         raise UsageError("--skip needs --reason TEXT (it is recorded in the manifest)")
     if action == "status":
-        _print_status(tree, PortState.load(tree))
+        shown = _print_status(tree, PortState.load(tree))
+        if shown is not None:
+            port_state.note_shown(tree, shown.id)
         return 0
     with port_state.locked(tree):
         state = PortState.load(tree)
-        if action == "abort":
-            port.abort(tree, state)
-            kept = "removed" if state.created_folder else "emptied"
-            ui.out.print(f"port aborted; {tree} {kept}; {state.patches_dir} as it was before "
-                         "the port")
-            return 0
-        if opts.patches_dir.resolve() != Path(state.patches_dir):
-            raise UsageError(f"this port writes its series to {state.patches_dir} (where it "
-                             f"started), not {opts.patches_dir}; run "
-                             f"`{command(state, tree, action)}`")
-        if action == "skip":
-            port.skip(tree, state, " ".join((reason or "").split()))
-        else:
-            port.continue_(tree, state)
-        if state.phase == "start":
-            port.run_start(tree, state)
-            _print_risk(state)
-        return _done(tree, state, port.proceed(tree, state))
+        try:
+            return _go_on(opts, tree, state, action, reason)
+        except PortStopped as stop:
+            return _stopped(tree, state, stop)
+
+
+def _stopped(tree: Path, state: PortState, stop: PortStopped) -> int:
+    """Print the stop line (exit 3), then note that the user has seen this stop."""
+    ui.err.print(f"lmsforge: {stop}", markup=False, highlight=False)
+    state.shown = state.current
+    state.save(tree)
+    return stop.exit_code
+
+
+def _go_on(opts: Options, tree: Path, state: PortState, action: str,
+           reason: str | None) -> int:
+    if action == "abort":
+        port.abort(tree, state)
+        kept = "removed" if state.created_folder else "emptied"
+        ui.out.print(f"port aborted; {tree} {kept}; {state.patches_dir} as it was before "
+                     "the port")
+        return 0
+    if state.aborting:
+        raise UsageError(_aborting(tree, state))
+    if opts.patches_dir.resolve() != Path(state.patches_dir):
+        raise UsageError(f"this port writes its series to {state.patches_dir} (where it "
+                         f"started), not {opts.patches_dir}; run "
+                         f"`{command(state, tree, action)}`")
+    if action == "skip":
+        port.skip(tree, state, " ".join((reason or "").split()))
+    else:
+        port.continue_(tree, state)
+    if state.phase == "start":
+        port.run_start(tree, state)
+        _print_risk(state)
+    return _done(tree, state, port.proceed(tree, state))
 
 
 def _start(opts: Options, framework: str | None, from_tag: str | None, to_tag: str | None,
@@ -105,13 +125,18 @@ def _start(opts: Options, framework: str | None, from_tag: str | None, to_tag: s
     previous = None if previous_dir is None else port_guide.check_previous(
         previous_dir.absolute(), opts.patches_dir, framework, from_tag, to_tag,
         identity_b.commit, series)
-    state = port.begin(tree, series, identity_a, identity_b, opts.patches_dir, previous)
+    created = port.claim(tree)
     with port_state.locked(tree):
+        state = port.begin(tree, series, identity_a, identity_b, opts.patches_dir, previous,
+                           created)
         state.save(tree)
         with ui.step(f"materialising {len(series.patches)} patches on {from_tag}"):
             port.run_start(tree, state)
         _print_risk(state)
-        return _done(tree, state, port.proceed(tree, state))
+        try:
+            return _done(tree, state, port.proceed(tree, state))
+        except PortStopped as stop:
+            return _stopped(tree, state, stop)
 
 
 def _done(tree: Path, state: PortState, folder: Path) -> int:
@@ -139,8 +164,9 @@ def _print_risk(state: PortState) -> None:
             ui.out.print(f"dropping {patch.file}: {patch.note}")
 
 
-def _print_status(tree: Path, state: PortState) -> None:
-    """A summary, the patches that need a look, and the next command."""
+def _print_status(tree: Path, state: PortState) -> port_state.PatchState | None:
+    """A summary, the patches that need a look, and the next command; returns the patch it
+    showed the port stopped (or interrupted) at."""
     ui.out.print(f"port {state.framework} {state.from_tag} → {state.to_tag} in {tree}; series "
                  f"goes to {state.series_folder}")
     if state.previous:
@@ -154,9 +180,17 @@ def _print_status(tree: Path, state: PortState) -> None:
             marker = "→" if patch is stopped else " "
             ui.out.print(f" {marker} {patch.file:45} {patch.status:9} {patch.note}")
     ui.out.print(_next_step(tree, state, stopped))
+    return stopped
+
+
+def _aborting(tree: Path, state: PortState) -> str:
+    return (f"an --abort of this port was interrupted (a killed process?) and {tree} is half "
+            f"removed; finish removing it with `{command(state, tree, 'abort')}`")
 
 
 def _next_step(tree: Path, state: PortState, stopped: port_state.PatchState | None) -> str:
+    if state.aborting:
+        return _aborting(tree, state)
     go_on = f"`{command(state, tree, 'continue')}`"
     if state.phase == "start":
         return (f"the port was interrupted while starting: {go_on} starts it again, "

@@ -34,7 +34,7 @@ from pathlib import Path
 from lmsforge import git
 from lmsforge.errors import CheckFailed, UsageError
 from lmsforge.port import guide as port_guide, report as port_report, state as port_state
-from lmsforge.port.finish import finish, undo_finish
+from lmsforge.port.finish import finish, resolution_variants, undo_finish
 from lmsforge.port.recover import recover
 from lmsforge.port.state import (
     LOCK_FILE,
@@ -60,6 +60,7 @@ from lmsforge.port.steps import (
     landed,
     needs_hand_staging,
     require_branch_b,
+    refuse_unseen,
     rerere_resolved,
     stop,
     unmerged_stages,
@@ -94,6 +95,9 @@ def check_new_target(into: Path) -> None:
         raise UsageError(f"a port is in progress in {into}; go on with "
                          f"`{command(state, into, 'continue')}`, or remove it with "
                          f"`{command(state, into, 'abort')}`")
+    stranded = port_state.stranded_port(into)
+    if stranded is not None:
+        raise UsageError(stranded)
     raise UsageError(f"{into} is not empty; pass a new or empty folder with --into for the port")
 
 
@@ -109,23 +113,30 @@ def _empty_or_fresh(path: Path) -> bool:
     return not holds and not (dot_git / "packed-refs").exists()
 
 
+def claim(into: Path) -> bool:
+    """Make INTO/.git, where the port lock lives, before anything else; return whether INTO
+    was made here. Two starts into one folder then meet at the lock, not inside `git init`."""
+    created = not into.exists()
+    (into / ".git").mkdir(parents=True, exist_ok=True)
+    return created
+
+
 def begin(into: Path, series: series_mod.Series, identity_a: TreeIdentity,
           identity_b: TreeIdentity, patches_dir: Path,
-          previous: port_guide.Previous | None = None) -> PortState:
+          previous: port_guide.Previous | None = None, created: bool = False) -> PortState:
     """Make INTO an empty git repository and the state of a port about to start there.
 
-    The caller saves the state under the port lock; from then on a kill at any point is
-    resumable (--continue) or removable (--abort).
+    Called under the port lock (after `claim`); the caller saves the state before it lets the
+    lock go, and from then on a kill at any point is resumable (--continue) or removable
+    (--abort). CREATED: INTO did not exist before `claim`.
     """
-    check_base(series, identity_a)
-    check_new_target(into)
-    created = not into.exists()
     try:
-        into.mkdir(parents=True, exist_ok=True)
+        check_base(series, identity_a)
+        check_new_target(into)  # again: another start may have taken the folder meanwhile
         worktree.init_repo(into)
     except BaseException:
-        if created:
-            shutil.rmtree(into, ignore_errors=True)
+        if into.is_dir() and _empty_or_fresh(into):  # nothing but what `claim` made
+            shutil.rmtree(into if created else into / ".git", ignore_errors=True)
         raise
     return PortState(
         framework=series.framework, from_tag=series.tag, to_tag=identity_b.tag,
@@ -157,6 +168,7 @@ def _start(tree: Path, state: PortState) -> None:
     _wipe_for_restart(tree)
     identity_a, identity_b = identity(state.identity_a), identity(state.identity_b)
     work = worktree.create(tree, identity_a, series.paths())
+    port_state.mark_unfinished(tree, state.to_tag)
     git.run(["fetch", "--quiet", "--no-tags", identity_b.repo,
              f"refs/tags/{identity_b.tag}:refs/tags/{identity_b.tag}"], tree)
     state.shared_history = git.run(["merge-base", state.from_commit, state.to_commit], tree,
@@ -202,7 +214,7 @@ def _configure_rerere(tree: Path, shared_rr_cache: Path) -> list[str]:
     seeded = []
     if shared_rr_cache.is_dir():
         for entry in sorted(shared_rr_cache.iterdir()):
-            if (entry / "postimage").is_file() and (entry / "preimage").is_file():
+            if resolution_variants(entry):
                 shutil.copytree(entry, local / entry.name, dirs_exist_ok=True)
                 seeded.append(entry.name)
     return seeded
@@ -364,6 +376,7 @@ def continue_(tree: Path, state: PortState) -> None:
     clear_stale_git_locks(tree)
     require_branch_b(tree, state)
     patch = state.patch(state.current)
+    refuse_unseen(tree, state, patch, "continue")
     picking = cherry_pick_head(tree)
     if picking == patch.commit_on_a:
         _commit_resolution(tree, state, patch)
@@ -441,6 +454,7 @@ def skip(tree: Path, state: PortState, reason: str) -> None:
                          f"(`{command(state, tree, 'status')}` shows where it is)")
     clear_stale_git_locks(tree)
     require_branch_b(tree, state)
+    refuse_unseen(tree, state, patch, "skip")
     if patch.id in [patch_id for _, patch_id in branch_commits(tree, state)]:
         raise UsageError(f"{patch.file} is committed on branch "
                          f"{worktree.branch_name(state.framework, state.to_tag)} already; keep "
@@ -458,11 +472,23 @@ def skip(tree: Path, state: PortState, reason: str) -> None:
 
 
 def abort(tree: Path, state: PortState) -> None:
-    """Remove everything the port made: its work tree and anything it wrote to patches/."""
+    """Remove everything the port made: its work tree and anything it wrote to patches/.
+
+    The state says first that an abort is under way, and goes last: a kill half way leaves a
+    state that sends every command to --abort, never a half-removed tree to resume.
+    """
+    if not state.aborting:
+        state.aborting = True
+        state.save(tree)
     if state.finish is not None:
         undo_finish(state)
+    for child in tree.iterdir():
+        if child.name != ".git":
+            _remove(child)
+    for child in (tree / ".git").iterdir():
+        if child.name not in (STATE_FILE, LOCK_FILE):
+            _remove(child)
     if state.created_folder:
         shutil.rmtree(tree)
     else:
-        for child in tree.iterdir():
-            _remove(child)
+        _remove(tree / ".git")

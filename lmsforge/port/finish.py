@@ -8,7 +8,7 @@ the rename is recognised as done, and --abort takes everything back out.
 
 from __future__ import annotations
 
-import hashlib
+import re
 import shutil
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from lmsforge.port.state import (
     command,
     git_dir,
     scratch,
+    staging_owner,
 )
 from lmsforge.series import export, manifest as series_mod, worktree
 
@@ -40,7 +41,7 @@ def finish(tree: Path, state: PortState) -> Path:
             raise UsageError(f"{folder} holds files already; move them away (or remove them), "
                              f"then `{command(state, tree, 'continue')}`")
         # Named after the work tree: two ports to the same tag never share a staging folder.
-        owner = hashlib.sha256(str(tree).encode()).hexdigest()[:12]
+        owner = staging_owner(tree)
         journal = FinishJournal(staging=str(folder.parent / f".{state.to_tag}.port-{owner}"),
                                 folder_existed=folder.is_dir(),
                                 rr_cache_existed=state.shared_rr_cache.is_dir())
@@ -120,7 +121,7 @@ def _save_resolutions(tree: Path, state: PortState, journal: FinishJournal) -> i
     """
     local = git_dir(tree) / "rr-cache"
     shared = state.shared_rr_cache
-    recorded = sorted(e.name for e in local.iterdir() if (e / "postimage").is_file()
+    recorded = sorted(e.name for e in local.iterdir() if resolution_variants(e)
                       and e.name not in state.seeded_resolutions) if local.is_dir() else []
     to_add = [name for name in recorded
               if name in journal.rr_added or not (shared / name).exists()]
@@ -129,11 +130,30 @@ def _save_resolutions(tree: Path, state: PortState, journal: FinishJournal) -> i
     for name in to_add:
         target = shared / name
         target.mkdir(parents=True, exist_ok=True)
-        for part in ("preimage", "postimage"):
-            tmp = target / f".{part}.tmp"
-            shutil.copyfile(local / name / part, tmp)
-            tmp.replace(target / part)
+        # Numbered from 0 in the shared cache: a conflict met again after a kill is recorded
+        # as a new variant (preimage.1, postimage.1) next to the first preimage, which has no
+        # resolution; the shared cache keeps resolutions only.
+        for number, suffix in enumerate(resolution_variants(local / name)):
+            for part in ("preimage", "postimage"):
+                tmp = target / f".{part}.tmp"
+                shutil.copyfile(local / name / f"{part}{suffix}", tmp)
+                tmp.replace(target / f"{part}{f'.{number}' if number else ''}")
     return len(recorded)
+
+
+def resolution_variants(entry: Path) -> list[str]:
+    """The suffixes ("", ".1", …) of the variants of a rerere entry that hold a resolution: a
+    preimage with its postimage. rerere records a conflict it meets again, once the entry's
+    first preimage has no resolution, as a new variant of the same entry."""
+    if not entry.is_dir():
+        return []
+    suffixes = sorted((m.group(1) for f in entry.iterdir()
+                       if (m := _PREIMAGE.fullmatch(f.name))),
+                      key=lambda suffix: int(suffix[1:] or 0))
+    return [suffix for suffix in suffixes if (entry / f"postimage{suffix}").is_file()]
+
+
+_PREIMAGE = re.compile(r"preimage((?:\.[1-9][0-9]*)?)")
 
 
 def undo_finish(state: PortState) -> None:

@@ -8,7 +8,9 @@ folder a later command would default to.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shlex
 import shutil
 import time
@@ -21,11 +23,14 @@ import filelock
 
 from lmsforge import git
 from lmsforge.errors import UsageError
+from lmsforge.series.worktree import META_FILE
 from lmsforge.upstream.tree import TreeIdentity
 
 STATE_FILE = "lmsforge-port.json"
 LOCK_FILE = "lmsforge-port.lock"
 SCRATCH = "lmsforge-port-tmp"
+# A key of the work tree's meta (META_FILE) from a port's start to its finish: the tag of B.
+PORT_TO = "port_in_progress_to"
 STATE_FORMAT = 2
 # Phases: `start` (work tree, series on A, drops), `replay` (cherry-picks onto B), `finish`
 # (export, round trip, shared resolutions, report). A kill in any phase resumes with --continue.
@@ -83,6 +88,11 @@ class PortState:
     in_flight: str | None = None  # id of the patch being picked when the state was saved
     in_flight_outcome: str = ""  # what that pick becomes once its commit is on the branch
     finish: FinishJournal | None = None
+    # The stop (or interrupted pick) whose patch the user was last shown: by the stop line, by
+    # --status, or by a refusal naming it. A kill can come after a stop is saved and before
+    # its line is printed; --skip and --continue must not act on a stop nobody has seen.
+    shown: str | None = None
+    aborting: bool = False  # --abort began removing the port: only --abort may go on
     # --previous: the earlier port to the same tag that guides this one (guide.py): its
     # folder and series hash, where the series it was ported from is (commit and folder in the
     # patches folder's repository, "" for the series of A in the folder now), and the commits
@@ -186,11 +196,50 @@ def remove(tree: Path) -> None:
 
 
 def no_port_message(tree: Path) -> str:
+    stranded = stranded_port(tree)
+    if stranded is not None:
+        return stranded
     if (git_dir(tree) / "lmsforge.json").is_file():
         return (f"no port in progress in {tree}: it is the work tree of a finished port (or of "
                 "`lmsforge apply`); `lmsforge status --tree DIR` says what it holds")
     return (f"no port in progress in {tree}; start one with `lmsforge port --framework F "
             f"--from A --to B --into {shlex.quote(str(tree))}`")
+
+
+def stranded_port(tree: Path) -> str | None:
+    """What to say of a tree holding an unfinished port whose state file is gone, else None.
+
+    The start marks the work tree's meta with the tag it ports to (`mark_unfinished`); the
+    finish rewrites that meta for B before it removes the state. A marked meta without a state
+    file is a port that can neither resume nor undo itself, not a finished one.
+    """
+    gd = git_dir(tree)
+    if (gd / STATE_FILE).exists():
+        return None
+    try:
+        meta = json.loads((gd / META_FILE).read_text())
+        framework, tag, to_tag = str(meta["framework"]), str(meta["tag"]), str(meta[PORT_TO])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    quoted = shlex.quote(str(tree))
+    return (f"{tree} holds an unfinished port of {framework} {tag} to {to_tag} whose state file "
+            f"(.git/{STATE_FILE}) is gone, so it can neither go on nor be aborted; keep what you "
+            f"need from its branches (`git -C {quoted} branch`), remove the folder (`rm -rf "
+            f"{quoted}`) and the hidden {framework}/.{to_tag}.port-{staging_owner(tree)} "
+            "folder of the patches folder if it is there, then start the port again")
+
+
+def mark_unfinished(tree: Path, to_tag: str) -> None:
+    """Mark the work tree's meta (written for tag A) as the tree of a port to TO_TAG."""
+    meta = git_dir(tree) / META_FILE
+    data = json.loads(meta.read_text())
+    data[PORT_TO] = to_tag
+    meta.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def staging_owner(tree: Path) -> str:
+    """The suffix of the finish's staging folder: two ports to one tag never share one."""
+    return hashlib.sha256(str(tree).encode()).hexdigest()[:12]
 
 
 def locate(into: Path | None, action: str) -> Path:
@@ -237,6 +286,19 @@ def locked(tree: Path) -> Iterator[None]:
         raise UsageError(f"another lmsforge port is running in {tree}; wait for it") from None
 
 
+def note_shown(tree: Path, patch_id: str) -> None:
+    """--status showed the stop at PATCH_ID: note it, unless a port command runs now (a
+    status never waits, and the stop line of that command will say it again)."""
+    try:
+        with locked(tree):
+            state = PortState.load(tree)
+            if state.shown != patch_id and not state.aborting:
+                state.shown = patch_id
+                state.save(tree)
+    except UsageError:
+        pass
+
+
 def scratch(tree: Path) -> Path:
     """A folder for temporary files inside the tree's git folder (never in $TMPDIR)."""
     path = git_dir(tree) / SCRATCH
@@ -247,7 +309,22 @@ def scratch(tree: Path) -> Path:
 def clear_scratch(tree: Path) -> None:
     """Drop what a killed process left in the scratch folder, round-trip work trees included."""
     shutil.rmtree(git_dir(tree) / SCRATCH, ignore_errors=True)
+    _unlock_scratch_worktrees(tree)
     git.run(["worktree", "prune"], tree, check=False)
+
+
+def _unlock_scratch_worktrees(tree: Path) -> None:
+    """`git worktree add` locks its entry ("initializing") until it is done, and `git worktree
+    prune` keeps locked entries: a kill inside it would refuse every later add of that path.
+    Only the port adds work trees in its scratch folder, and it holds the port lock."""
+    inside = os.path.realpath(git_dir(tree) / SCRATCH) + os.sep  # git writes real paths
+    for entry in (git_dir(tree) / "worktrees").glob("*"):
+        try:
+            checkout = os.path.realpath((entry / "gitdir").read_text().strip())
+        except OSError:
+            continue
+        if checkout.startswith(inside):
+            (entry / "locked").unlink(missing_ok=True)
 
 
 def command(state: PortState, tree: Path, action: str) -> str:
@@ -260,7 +337,7 @@ def command(state: PortState, tree: Path, action: str) -> str:
 def summary(tree: Path) -> str | None:
     """One line on the port in progress in TREE (for `lmsforge status`), or None."""
     if not exists(tree):
-        return None
+        return stranded_port(tree)
     try:
         state = PortState.load(tree)
     except UsageError as exc:

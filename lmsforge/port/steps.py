@@ -104,6 +104,25 @@ def stop(tree: Path, state: PortState, patch: PatchState) -> None:
     raise PortStopped(conflict_message(tree, state, patch))
 
 
+def refuse_unseen(tree: Path, state: PortState, patch: PatchState, action: str) -> None:
+    """Refuse ACTION at a stop (or an interrupted pick) of PATCH that nobody has been shown.
+
+    A kill after the port saved a stop and before its line was printed leaves a user who
+    runs --continue (the documented recovery) or re-runs a killed --skip meant for the patch
+    before. The refusal shows the stop, and counts as showing it: the same command again acts.
+    """
+    if state.shown == patch.id:
+        return
+    state.shown = patch.id
+    state.save(tree)
+    if state.current == patch.id:
+        raise UsageError(conflict_message(tree, state, patch, lost=True))
+    raise UsageError(
+        f"the cherry-pick of {patch.file} was interrupted (a killed process) before anyone saw "
+        f"how it went: `{command(state, tree, 'continue')}` finishes it or stops at its "
+        f"conflict; to leave {patch.file} out all the same, run the same --{action} again")
+
+
 def cherry_pick_head(tree: Path) -> str | None:
     head = git_dir(tree) / "CHERRY_PICK_HEAD"
     return head.read_text().strip() if head.is_file() else None
@@ -246,7 +265,8 @@ def conflict_hunks(tree: Path, path: str) -> list[tuple[int, int]]:
     return ranges
 
 
-def conflict_message(tree: Path, state: PortState, patch: PatchState) -> str:
+def conflict_message(tree: Path, state: PortState, patch: PatchState, lost: bool = False) -> str:
+    """The stop line; LOST: the stop was saved but its line never reached the user (a kill)."""
     files = []
     for path in conflicted_files(tree):
         stages = {line.split()[2] for line in
@@ -267,7 +287,8 @@ def conflict_message(tree: Path, state: PortState, patch: PatchState) -> str:
     if previous is not None:
         culprit += (f"; the previous port of this patch is `git -C {shlex.quote(str(tree))} "
                     f"show {previous[1][:12]}`")
-    return (f"port stopped at {patch.file}: conflicts in {'; '.join(files)}; {culprit}; "
+    seen = " (its stop line was lost to a killed process: nobody saw it)" if lost else ""
+    return (f"port stopped at {patch.file}{seen}: conflicts in {'; '.join(files)}; {culprit}; "
             f"resolve in {tree}, then `{command(state, tree, 'continue')}` (or leave the patch "
             f"out with `{command(state, tree, 'skip')}`)")
 

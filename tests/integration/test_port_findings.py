@@ -6,21 +6,24 @@ real SIGKILLs of a real lmsforge process at a chosen git call (port_helpers.lmsf
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
+import filelock
 import pytest
 import yaml
 
 from fixtures import ENV, git, lmsforge, one_line_error, snapshot
-from port_helpers import (cli, kill_count, lmsforge_process, port, printed_commands,
-                          reexport_on_git, resolve_storage, run_pasted, start, start_args,
-                          stop_line)
+from port_helpers import (STORAGE_RESOLVED, cli, kill_count, lmsforge_process, port,
+                          printed_commands, reexport_on_git, resolve_storage, run_pasted, start,
+                          start_args, stop_line)
 
 
 @pytest.fixture
@@ -571,6 +574,9 @@ def test_f11_skip_works_right_after_a_kill_in_a_conflict(git_series, tmp_path):
                               kill={"match": "cherry-pick --allow-empty", "when": "after",
                                     "rc": "1"})
     assert killed.returncode == -9, killed.stderr
+    # --status shows the interrupted pick; a --skip of a patch nobody saw is refused (round 2,
+    # row 6: test_r2_row6_a_rerun_of_a_killed_skip_does_not_skip_the_next_patch).
+    assert "→ 0030-storage-hook.patch" in port(git_series, into, "--status").stdout
     done = port(git_series, into, "--skip", "--reason", "not needed on 2.0")
     assert done.exit_code == 0, done.output
     assert series_ids(git_series, "v2.0.0") == ["lms-core", "allocator-hook"]
@@ -1068,3 +1074,252 @@ def test_r2_row16_a_full_work_tree_in_the_replay_is_named(git_series, tmp_path, 
     line = one_line_error(failed)
     assert f"no space left on the device of {into}" in line, line
     assert state_mod.PortState.save is real_save
+
+
+# --- torture round 2, row 5: a resolution recorded after a kill reaches the shared cache ------
+
+
+def test_r2_row5_a_resolution_made_after_a_kill_is_saved_and_replays(git_series, tmp_path):
+    """Killed right after git's conflicting pick, the resume meets the conflict again and rerere
+    records it as a second variant (preimage.1, postimage.1) next to a preimage with no
+    resolution. That resolution is saved like any other, and a new port replays it."""
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v2.0.0", into), tmp_path,
+                              kill={"match": "cherry-pick --allow-empty", "when": "after",
+                                    "rc": "1", "group": "0"})
+    assert killed.returncode == -9, killed.stderr
+    assert "port stopped at 0030-storage-hook.patch" in stop_line(
+        port(git_series, into, "--continue"))
+    resolve_storage(into)
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    (entry,) = (into / ".git" / "rr-cache").iterdir()
+    assert (entry / "postimage.1").is_file() and not (entry / "postimage").exists()
+    text = report(git_series, "v2.0.0")
+    assert "| storage-hook | 0030-storage-hook.patch | resolved |" in text
+    assert "saved to the shared rerere cache): 1" in text
+    (saved,) = (git_series["patches"] / "toy" / "rr-cache").iterdir()
+    assert (saved / "postimage").read_text() == STORAGE_RESOLVED
+    shutil.move(git_series["patches"] / "toy" / "v2.0.0", tmp_path / "first-series")
+    again = start(git_series, "v2.0.0", tmp_path / "again")
+    assert again.exit_code == 0, again.output
+    assert "| storage-hook | 0030-storage-hook.patch | rerere |" in report(git_series, "v2.0.0")
+
+
+# --- torture round 2, rows 6 and 19: a stop nobody saw is shown before anything acts on it ----
+
+
+def _skip_args(toy, into: Path) -> list[str]:
+    return ["--patches-dir", str(toy["patches"]), "port", "--skip", "--reason", "not on 2.0",
+            "--into", str(into)]
+
+
+@pytest.mark.parametrize("kill", ["at-the-stop-line", "in-the-pick"])
+def test_r2_row6_a_rerun_of_a_killed_skip_does_not_skip_the_next_patch(hazard, tmp_path, kill):
+    """The --skip of blob-mixed is killed after it skipped it and went on to legacy-hook:
+    before that stop's line was printed, or inside legacy-hook's pick. The same --skip run
+    again must not leave legacy-hook out unseen: it refuses (exit 2) and names it."""
+    into = tmp_path / "port"
+    assert "port stopped at 0020-blob-mixed.patch" in stop_line(start(hazard, "v2.0.0", into))
+    where = ({"match": "ls-files --unmerged"} if kill == "at-the-stop-line" else
+             {"match": "cherry-pick --allow-empty", "when": "after", "rc": "1"})
+    killed = lmsforge_process(_skip_args(hazard, into), tmp_path, kill=where)
+    assert killed.returncode == -9, killed.stderr
+    again = port(hazard, into, "--skip", "--reason", "not on 2.0")
+    assert again.exit_code == 2, again.output
+    line = one_line_error(again)
+    if kill == "at-the-stop-line":
+        assert "port stopped at 0030-legacy-hook.patch (its stop line was lost" in line, line
+        assert unmerged(into) == "DU src/legacy.c"
+    else:
+        assert "the cherry-pick of 0030-legacy-hook.patch was interrupted" in line, line
+        assert "port stopped at 0030-legacy-hook.patch" in stop_line(
+            port(hazard, into, "--continue"))
+    git(into, "add", "src/legacy.c")  # now seen: resolved as at any stop
+    done = port(hazard, into, "--continue")
+    assert done.exit_code == 0, done.output
+    text = report(hazard, "v2.0.0")
+    assert outcome(text, "blob-mixed") == "skipped"
+    assert outcome(text, "legacy-hook") == "resolved"
+    assert "legacy-hook" in series_ids(hazard, "v2.0.0")
+
+
+def test_r2_row6_a_skip_goes_through_once_the_refusal_showed_the_stop(hazard, tmp_path):
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(hazard, "v2.0.0", into), tmp_path,
+                              kill={"match": "ls-files --unmerged"})
+    assert killed.returncode == -9, killed.stderr
+    refused = port(hazard, into, "--skip", "--reason", "binary, not on 2.0")
+    assert refused.exit_code == 2
+    assert "0020-blob-mixed.patch (its stop line was lost" in one_line_error(refused)
+    skipped = port(hazard, into, "--skip", "--reason", "binary, not on 2.0")
+    assert "port stopped at 0030-legacy-hook.patch" in stop_line(skipped)
+    assert outcome_in_state(into, "blob-mixed") == "skipped"
+
+
+def outcome_in_state(into: Path, patch_id: str) -> str:
+    data = json.loads((into / ".git" / "lmsforge-port.json").read_text())
+    return next(p["status"] for p in data["patches"] if p["id"] == patch_id)
+
+
+def test_r2_row19_a_stop_whose_line_a_kill_lost_is_shown_by_continue(hazard, tmp_path):
+    """Killed after the stop at blob-mixed was saved, before its line: the documented
+    --continue says where the port stopped and why (it said 'empty' for a binary-only patch,
+    or named only the unmerged path), and keeps the conflict; from then on it is a stop."""
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(hazard, "v2.0.0", into), tmp_path,
+                              kill={"match": "ls-files --unmerged"})
+    assert killed.returncode == -9, killed.stderr
+    shown = port(hazard, into, "--continue")
+    assert shown.exit_code == 2, shown.output
+    line = one_line_error(shown)
+    assert "port stopped at 0020-blob-mixed.patch (its stop line was lost" in line, line
+    assert "conflicts in assets/blob.bin" in line, line
+    assert unmerged(into) == "UU assets/blob.bin"
+    refused = port(hazard, into, "--continue")  # a stop like any other now (row 2)
+    assert refused.exit_code == 2
+    assert "assets/blob.bin (binary)" in one_line_error(refused)
+    _resolve_blob(into)
+    assert "port stopped at 0030-legacy-hook.patch" in stop_line(port(hazard, into, "--continue"))
+
+
+def test_r2_row19_status_shows_a_lost_stop_and_continue_then_acts(git_series, tmp_path):
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v2.0.0", into), tmp_path,
+                              kill={"match": "ls-files --unmerged"})
+    assert killed.returncode == -9, killed.stderr
+    assert "→ 0030-storage-hook.patch" in port(git_series, into, "--status").stdout
+    resolve_storage(into)
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    assert "| storage-hook | 0030-storage-hook.patch | resolved |" in report(git_series, "v2.0.0")
+
+
+# --- torture round 2, row 8: a kill inside `git worktree add` of the trial pick --------------
+
+_KILLING_SMUDGE = """#!/bin/sh
+# A smudge filter that kills its process group (lmsforge and git) once, while `git worktree
+# add` checks the trial work tree out: its entry stays locked ("initializing").
+if [ -e "$0.armed" ]; then rm -f "$0.armed"; kill -KILL 0; sleep 5; fi
+cat
+"""
+
+
+def test_r2_row8_a_kill_inside_the_trial_worktree_add_does_not_wedge_the_port(git_series,
+                                                                                tmp_path):
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v2.0.0", into), tmp_path,
+                              kill={"match": "cherry-pick --allow-empty", "when": "after",
+                                    "rc": "1", "group": "0"})
+    assert killed.returncode == -9, killed.stderr
+    resolve_storage(into)
+    git(into, "add", "src/storage.h")
+    smudge = tmp_path / "killing-smudge"
+    smudge.write_text(_KILLING_SMUDGE)
+    smudge.chmod(0o755)
+    (tmp_path / "killing-smudge.armed").write_text("")
+    attributes = into / ".git" / "info" / "attributes"
+    kept = attributes.read_text()
+    attributes.write_text(kept + "* filter=killer\n")
+    git(into, "config", "filter.killer.smudge", str(smudge))
+    resumed = lmsforge_process(["--patches-dir", str(git_series["patches"]), "port",
+                                "--continue", "--into", str(into)], tmp_path)
+    assert resumed.returncode == -9, resumed.stderr
+    assert not (tmp_path / "killing-smudge.armed").exists()
+    assert (into / ".git" / "worktrees" / "trial" / "locked").is_file()  # what git left
+    attributes.write_text(kept)
+    git(into, "config", "--unset", "filter.killer.smudge")
+    done = port(git_series, into, "--continue")
+    assert done.exit_code == 0, done.output
+    assert "| storage-hook | 0030-storage-hook.patch | resolved |" in report(git_series, "v2.0.0")
+    assert leftovers(git_series, into, tmp_path) == []
+
+
+# --- torture round 2, row 11: the state file deleted at a stop -------------------------------
+
+
+def test_r2_row11_a_port_whose_state_file_is_gone_is_named_with_the_way_out(git_series,
+                                                                            tmp_path):
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    (into / ".git" / "lmsforge-port.json").unlink()
+    for action in ("--continue", "--status", "--abort"):
+        result = port(git_series, into, action)
+        assert result.exit_code == 2, result.output
+        line = one_line_error(result)
+        assert "unfinished port of toy v1.0.0 to v2.0.0 whose state file" in line, line
+        assert "rm -rf" in line and "work tree of a finished port" not in line, line
+    again = start(git_series, "v2.0.0", into)
+    assert again.exit_code == 2
+    assert "unfinished port of toy v1.0.0 to v2.0.0" in one_line_error(again)
+    status = cli(git_series, "status", "--tree", str(into))
+    assert status.exit_code == 0, status.output
+    assert "unfinished port of toy v1.0.0 to v2.0.0" in status.stdout
+    finished = tmp_path / "finished"  # a finished port's tree is not taken for one
+    assert start(git_series, "v1.1.0", finished).exit_code == 0
+    result = port(git_series, finished, "--continue")
+    assert result.exit_code == 2
+    assert "work tree of a finished port" in one_line_error(result)
+
+
+# --- torture round 2, row 12: a killed --abort is finished by --abort ------------------------
+
+_UNLINK_KILLER = """
+import os, runpy, signal, sys
+left = int(os.environ["KILL_AT_UNLINK"])
+real_unlink = os.unlink
+def unlink(*args, **kwargs):
+    global left
+    left -= 1
+    if left == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_unlink(*args, **kwargs)
+os.unlink = unlink
+sys.argv = ["lmsforge", *sys.argv[1:]]
+runpy.run_module("lmsforge", run_name="__main__")
+"""
+
+
+def test_r2_row12_status_after_a_killed_abort_says_abort(git_series, tmp_path):
+    into = tmp_path / "port"
+    before = snapshot(git_series["patches"])
+    stopped(git_series, into)
+    driver = tmp_path / "unlink_killer.py"
+    driver.write_text(_UNLINK_KILLER)
+    killed = subprocess.run([sys.executable, str(driver), "--patches-dir",
+                             str(git_series["patches"]), "port", "--abort", "--into", str(into)],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "KILL_AT_UNLINK": "20"})
+    assert killed.returncode == -9, killed.stderr
+    assert (into / ".git" / "lmsforge-port.json").is_file()  # half removed, state still there
+    status = port(git_series, into, "--status")
+    assert status.exit_code == 0, status.output
+    assert "--abort" in status.stdout.splitlines()[-1], status.stdout
+    assert "--continue" not in status.stdout.splitlines()[-1], status.stdout
+    for action in ("--continue",):
+        refused = port(git_series, into, action)
+        assert refused.exit_code == 2, refused.output
+        assert "an --abort of this port was interrupted" in one_line_error(refused)
+    done = port(git_series, into, "--abort")
+    assert done.exit_code == 0, done.output
+    assert not into.exists()
+    assert snapshot(git_series["patches"]) == before
+
+
+# --- torture round 2, row 18: two starts into one --into --------------------------------------
+
+
+def test_r2_row18_a_start_meeting_another_start_in_git_init_is_refused_in_one_line(git_series,
+                                                                                   tmp_path):
+    """The other start holds the port lock and is inside `git init` (config.lock): this one
+    exits 2 "another lmsforge port is running", not 1 with git's "could not lock config
+    file", and leaves the folder to the other."""
+    into = tmp_path / "port"
+    (into / ".git").mkdir(parents=True)
+    (into / ".git" / "config.lock").write_text("")
+    with filelock.FileLock(str(into / ".git" / "lmsforge-port.lock"), timeout=0):
+        loser = start(git_series, "v1.1.0", into)
+        assert loser.exit_code == 2, loser.output
+        assert "another lmsforge port is running" in one_line_error(loser)
+        assert sorted(p.name for p in (into / ".git").iterdir()) == ["config.lock",
+                                                                     "lmsforge-port.lock"]
