@@ -19,7 +19,6 @@ import difflib
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -28,7 +27,8 @@ import time
 from pathlib import Path
 
 from fixtures import snapshot
-from port_helpers import (make_long_toy, record_storage_resolution, wait_for_group)
+from port_helpers import (make_long_toy, record_storage_resolution, timeless,
+                          wait_for_group)
 
 SERIES_SIZE = 50
 KILLS = 10
@@ -70,18 +70,6 @@ def _where(into: Path) -> str:
     data = json.loads(state.read_text())
     done = sum(p["status"] != "pending" for p in data["patches"])
     return f"phase {data['phase']}, {done}/{len(data['patches'])} patches settled"
-
-
-_DURATION = re.compile(rb"^(- the port's own commands: |- by hand, [^:]*: |  - [^:]*: )"
-                       rb"(\d+ min )?\d+ s", re.M)
-
-
-def _timeless(files: dict[str, bytes | str]) -> dict[str, bytes | str]:
-    """FILES with the wall times of PORT-REPORT.md's Time section blanked: a killed port takes
-    longer than an uninterrupted one, everything else must be byte-identical."""
-    return {name: _DURATION.sub(rb"\1T", data)
-            if name.endswith("PORT-REPORT.md") and isinstance(data, bytes) else data
-            for name, data in files.items()}
 
 
 def _differences(got: dict[str, bytes | str], expected: dict[str, bytes | str]) -> str:
@@ -169,7 +157,7 @@ def test_random_kills_resume_to_the_uninterrupted_result(tmp_path):
                 action = "start"
             else:
                 action = "continue"
-        differences = _differences(_timeless(snapshot(patches)), _timeless(expected))
+        differences = _differences(timeless(snapshot(patches)), timeless(expected))
         assert not differences, f"seed {seed}, run {runs}: {kills}\n{differences}"
         assert _leftovers(root, patches, into) == [], f"seed {seed}, run {runs}: {kills}"
     print("\n".join(kills))
