@@ -652,6 +652,37 @@ TEST_F(Sim, UnsafeCallsDuringCaptureFollowTheThreadsMode) {
   (void)cudaGetLastError();
 }
 
+TEST_F(Sim, AThreadInRelaxedOrThreadLocalModeKeepsAnotherThreadsGlobalCaptureValid) {
+  // CUDA: a thread in relaxed mode is never prohibited; one in thread-local
+  // mode only by its own captures; so neither invalidates a global-mode
+  // capture of another thread (LMS's pinned pool grows on such a thread).
+  cudaStream_t s = stream();
+  ASSERT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  cudaError_t relaxed = cudaErrorUnknown;
+  cudaError_t thread_local_mode = cudaErrorUnknown;
+  void* host = nullptr;
+  void* device = nullptr;
+  std::thread([&] {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
+      return;
+    }
+    relaxed = cudaHostAlloc(&host, kMiB, cudaHostAllocPortable);
+    mode = cudaStreamCaptureModeThreadLocal;
+    if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
+      return;
+    }
+    thread_local_mode = cudaMalloc(&device, 4096);
+  }).join();
+  EXPECT_CUDA(relaxed);
+  EXPECT_CUDA(thread_local_mode);
+  cudaGraph_t graph = nullptr;
+  ASSERT_CUDA(cudaStreamEndCapture(s, &graph));
+  ASSERT_CUDA(cudaGraphDestroy(graph));
+  ASSERT_CUDA(cudaFreeHost(host));
+  ASSERT_CUDA(cudaFree(device));
+}
+
 TEST_F(Sim, CaptureMustEndOnItsThread) {
   cudaStream_t s = stream();
   ASSERT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
