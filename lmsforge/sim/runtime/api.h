@@ -38,4 +38,9 @@ cudaError_t api_call(const char* function, Body&& body) {
 
 std::string format_bytes(size_t bytes);
 
+// cudaMemset(Async) with a 1- or 4-byte pattern, for the driver front end's
+// cuMemsetD8/D32 (driver/bridge.h); `count` elements of `width` bytes.
+cudaError_t memset_elements(const char* function, void* dst, uint32_t value, size_t width,
+                            size_t count, cudaStream_t stream, bool async);
+
 } // namespace lms_sim

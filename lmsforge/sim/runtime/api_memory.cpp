@@ -59,18 +59,30 @@ void move_bytes(uint8_t* to, const uint8_t* from, size_t bytes, Rng& rng) {
   }
 }
 
-void set_bytes(uint8_t* to, int value, size_t bytes, Rng& rng) {
-  if (!adversarial() || bytes <= kChunk) {
-    std::memset(to, value, bytes);
+// Fills `bytes` (a multiple of `width`, 1 or 4) with the `width`-byte pattern `value`
+// (cudaMemset's byte, the driver's cuMemsetD32 word).
+void fill_pattern(uint8_t* to, uint32_t value, size_t width, size_t bytes) {
+  if (width == 1) {
+    std::memset(to, static_cast<int>(value & 0xff), bytes);
     return;
   }
-  size_t half = bytes / 2;
+  for (size_t at = 0; at + width <= bytes; at += width) {
+    std::memcpy(to + at, &value, width);
+  }
+}
+
+void set_bytes(uint8_t* to, uint32_t value, size_t width, size_t bytes, Rng& rng) {
+  if (!adversarial() || bytes <= kChunk) {
+    fill_pattern(to, value, width, bytes);
+    return;
+  }
+  size_t half = bytes / 2 / width * width;  // the halves split between elements
   bool high_first = rng.uniform() < 0.5;
-  std::memset(to + (high_first ? half : 0), value, high_first ? bytes - half : half);
+  fill_pattern(to + (high_first ? half : 0), value, width, high_first ? bytes - half : half);
   if (rng.uniform() < 0.1) {
     std::this_thread::sleep_for(std::chrono::microseconds(rng.below(300)));
   }
-  std::memset(to + (high_first ? 0 : half), value, high_first ? half : bytes - half);
+  fill_pattern(to + (high_first ? 0 : half), value, width, high_first ? half : bytes - half);
 }
 
 struct Endpoint {
@@ -203,7 +215,7 @@ cudaError_t copy(const char* function, void* dst, const void* src, size_t bytes,
   return runtime.wait_for(done, device);
 }
 
-cudaError_t set(const char* function, void* dst, int value, size_t bytes,
+cudaError_t set(const char* function, void* dst, uint32_t value, size_t width, size_t bytes,
                 const StreamRef& stream, Api api) {
   Runtime& runtime = Runtime::get();
   if (bytes == 0) {
@@ -221,14 +233,14 @@ cudaError_t set(const char* function, void* dst, int value, size_t bytes,
   op.kind = OpKind::kMemset;
   op.device = device_memory ? to.device : stream->device;
   op.what = std::string(function) + " " + format_bytes(bytes) + " to " +
-      std::to_string(value & 0xff);
-  op.body = [dst, value, bytes, device_memory](ExecContext& context) {
+      std::to_string(width == 1 ? (value & 0xff) : value);
+  op.body = [dst, value, width, bytes, device_memory](ExecContext& context) {
     uint8_t* out = device_memory ? Runtime::get().device_bytes(dst, bytes)
                                  : static_cast<uint8_t*>(dst);
     if (out == nullptr) {
       return cudaErrorIllegalAddress;
     }
-    set_bytes(out, value, bytes, context.rng);
+    set_bytes(out, value, width, bytes, context.rng);
     return cudaSuccess;
   };
   if (device_memory) {
@@ -450,7 +462,8 @@ cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
     if (status != cudaSuccess) {
       return status;
     }
-    return set(function, devPtr, value, count, legacy_stream(runtime), Api::kSynchronous);
+    return set(function, devPtr, static_cast<uint32_t>(value), 1, count, legacy_stream(runtime),
+               Api::kSynchronous);
   });
 }
 
@@ -463,8 +476,27 @@ cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t 
     if (status != cudaSuccess) {
       return status;
     }
-    return set(function, devPtr, value, count, target, Api::kAsync);
+    return set(function, devPtr, static_cast<uint32_t>(value), 1, count, target, Api::kAsync);
   });
 }
 
 } // extern "C"
+
+namespace lms_sim {
+
+// The driver front end's cuMemsetD8/D32 (driver/bridge.h), with cudaMemset's rules.
+cudaError_t memset_elements(const char* function, void* dst, uint32_t value, size_t width,
+                            size_t count, cudaStream_t stream, bool async) {
+  return api_call(function, [&](Runtime& runtime) {
+    runtime.current_with_context();
+    cudaError_t status = cudaSuccess;
+    StreamRef target = runtime.resolve(stream, &status);
+    if (status != cudaSuccess) {
+      return status;
+    }
+    return set(function, dst, value, width, count * width, target,
+               async ? Api::kAsync : Api::kSynchronous);
+  });
+}
+
+} // namespace lms_sim
