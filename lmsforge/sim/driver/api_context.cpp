@@ -128,29 +128,32 @@ CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
 }
 
 CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice dev) {
+  const char* function = __func__;
   return driver_call([&] {
     if (!valid_device(dev)) {
       return CUDA_ERROR_INVALID_DEVICE;
     }
-    return as_result(__func__, bridge::device_name(dev, name, len));
+    return as_result(function, bridge::device_name(dev, name, len));
   });
 }
 
 CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  const char* function = __func__;
   return driver_call([&] {
     if (!valid_device(dev)) {
       return CUDA_ERROR_INVALID_DEVICE;
     }
-    return as_result(__func__, bridge::device_total_memory(dev, bytes));
+    return as_result(function, bridge::device_total_memory(dev, bytes));
   });
 }
 
 CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
+  const char* function = __func__;
   return driver_call([&] {
     if (!valid_device(dev)) {
       return CUDA_ERROR_INVALID_DEVICE;
     }
-    return as_result(__func__, bridge::device_attribute(dev, static_cast<int>(attrib), pi));
+    return as_result(function, bridge::device_attribute(dev, static_cast<int>(attrib), pi));
   });
 }
 
@@ -168,24 +171,27 @@ CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* minor, CUdevice dev)
 }
 
 CUresult CUDAAPI cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
+  const char* function = __func__;
   return driver_call([&] {
-    return as_result(__func__, bridge::device_pci_bus_id(dev, pciBusId, len));
+    return as_result(function, bridge::device_pci_bus_id(dev, pciBusId, len));
   });
 }
 
 CUresult CUDAAPI cuDeviceCanAccessPeer(int* canAccessPeer, CUdevice dev, CUdevice peerDev) {
+  const char* function = __func__;
   return driver_call([&] {
     if (canAccessPeer == nullptr) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     bool can = false;
-    CUresult result = as_result(__func__, bridge::can_access_peer(dev, peerDev, &can));
+    CUresult result = as_result(function, bridge::can_access_peer(dev, peerDev, &can));
     *canAccessPeer = can ? 1 : 0;
     return result;
   });
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  const char* function = __func__;
   return driver_call([&] {
     if (pctx == nullptr) {
       return CUDA_ERROR_INVALID_VALUE;
@@ -196,8 +202,8 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
     // Creating the context is what the engine's first use of a device does;
     // the thread's current context (and device) stay as they were.
     CUcontext before = current_context();
-    CUresult result = as_result(__func__, bridge::use_device(dev));
-    CUresult restored = follow(__func__, before);
+    CUresult result = as_result(function, bridge::use_device(dev));
+    CUresult restored = follow(function, before);
     if (result != CUDA_SUCCESS || restored != CUDA_SUCCESS) {
       return result != CUDA_SUCCESS ? result : restored;
     }
@@ -264,6 +270,7 @@ CUresult CUDAAPI cuCtxGetCurrent(CUcontext* pctx) {
 }
 
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+  const char* function = __func__;
   return driver_call([&] {
     if (ctx != nullptr && !known_context(ctx)) {
       return CUDA_ERROR_INVALID_CONTEXT;
@@ -272,28 +279,30 @@ CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
       if (!context_stack.empty()) {
         context_stack.pop_back();
       }
-      return follow(__func__, current_context());
+      return follow(function, current_context());
     }
     if (context_stack.empty()) {
       context_stack.push_back(ctx);
     } else {
       context_stack.back() = ctx;
     }
-    return follow(__func__, ctx);
+    return follow(function, ctx);
   });
 }
 
 CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
+  const char* function = __func__;
   return driver_call([&] {
     if (!known_context(ctx)) {
       return CUDA_ERROR_INVALID_CONTEXT;
     }
     context_stack.push_back(ctx);
-    return follow(__func__, ctx);
+    return follow(function, ctx);
   });
 }
 
 CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* pctx) {
+  const char* function = __func__;
   return driver_call([&] {
     if (context_stack.empty()) {
       return CUDA_ERROR_INVALID_CONTEXT;
@@ -302,7 +311,7 @@ CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* pctx) {
       *pctx = context_stack.back();
     }
     context_stack.pop_back();
-    return follow(__func__, current_context());
+    return follow(function, current_context());
   });
 }
 
@@ -317,12 +326,14 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) {
 }
 
 CUresult CUDAAPI cuCtxSynchronize() {
+  const char* function = __func__;
   return context_call([&] {
-    return as_result(__func__, bridge::synchronize_current_device());
+    return as_result(function, bridge::synchronize_current_device());
   });
 }
 
 CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
+  const char* function = __func__;
   return context_call([&] {
     if (!known_context(peerContext)) {
       return CUDA_ERROR_INVALID_CONTEXT;
@@ -333,13 +344,14 @@ CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags
     if (peerContext == current_context()) {
       return CUDA_ERROR_INVALID_DEVICE;
     }
-    return as_result(__func__, bridge::enable_peer_access(peerContext->device));
+    return as_result(function, bridge::enable_peer_access(peerContext->device));
   });
 }
 
 CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
+  const char* function = __func__;
   return context_call([&] {
-    return as_result(__func__, bridge::stream_priority_range(leastPriority, greatestPriority));
+    return as_result(function, bridge::stream_priority_range(leastPriority, greatestPriority));
   });
 }
 

@@ -55,6 +55,7 @@ using namespace lms_sim_driver;
 extern "C" {
 
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  const char* function = __func__;
   return context_call([&] {
     if (dptr == nullptr) {
       return CUDA_ERROR_INVALID_VALUE;
@@ -63,7 +64,7 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
       return CUDA_ERROR_INVALID_VALUE;  // the driver refuses empty allocations
     }
     void* pointer = nullptr;
-    CUresult result = as_result(__func__, bridge::device_allocate(&pointer, bytesize));
+    CUresult result = as_result(function, bridge::device_allocate(&pointer, bytesize));
     if (result == CUDA_SUCCESS) {
       *dptr = reinterpret_cast<uintptr_t>(pointer);
     }
@@ -72,15 +73,17 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
 }
 
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
+  const char* function = __func__;
   return context_call([&] {
-    return as_result(__func__, bridge::device_free(address(dptr)));
+    return as_result(function, bridge::device_free(address(dptr)));
   });
 }
 
 CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
+  const char* function = __func__;
   return context_call([&] {
     // CU_MEMHOSTALLOC_* and cudaHostAlloc* are the same bits.
-    return as_result(__func__, bridge::host_allocate(pp, bytesize, Flags));
+    return as_result(function, bridge::host_allocate(pp, bytesize, Flags));
   });
 }
 
@@ -89,105 +92,122 @@ CUresult CUDAAPI cuMemAllocHost_v2(void** pp, size_t bytesize) {
 }
 
 CUresult CUDAAPI cuMemFreeHost(void* p) {
+  const char* function = __func__;
   return context_call([&] {
     if (p == nullptr) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    return as_result(__func__, bridge::host_free(p));
+    return as_result(function, bridge::host_free(p));
   });
 }
 
 CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
+  const char* function = __func__;
   return context_call([&] {
-    return as_result(__func__, bridge::memory_info(free, total));
+    return as_result(function, bridge::memory_info(free, total));
   });
 }
 
 CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount) {
-  return copy(__func__, address(dstDevice), srcHost, ByteCount, Direction::kHostToDevice,
+  const char* function = __func__;
+  return copy(function, address(dstDevice), srcHost, ByteCount, Direction::kHostToDevice,
               nullptr, false);
 }
 
 CUresult CUDAAPI cuMemcpyDtoH_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
-  return copy(__func__, dstHost, address(srcDevice), ByteCount, Direction::kDeviceToHost,
+  const char* function = __func__;
+  return copy(function, dstHost, address(srcDevice), ByteCount, Direction::kDeviceToHost,
               nullptr, false);
 }
 
 CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
                                  size_t ByteCount) {
-  return copy(__func__, address(dstDevice), address(srcDevice), ByteCount,
+  const char* function = __func__;
+  return copy(function, address(dstDevice), address(srcDevice), ByteCount,
               Direction::kDeviceToDevice, nullptr, false);
 }
 
 CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
-  return copy(__func__, address(dst), address(src), ByteCount, Direction::kDefault, nullptr,
+  const char* function = __func__;
+  return copy(function, address(dst), address(src), ByteCount, Direction::kDefault, nullptr,
               false);
 }
 
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void* srcHost,
                                       size_t ByteCount, CUstream hStream) {
-  return copy(__func__, address(dstDevice), srcHost, ByteCount, Direction::kHostToDevice,
+  const char* function = __func__;
+  return copy(function, address(dstDevice), srcHost, ByteCount, Direction::kHostToDevice,
               hStream, true);
 }
 
 CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount,
                                       CUstream hStream) {
-  return copy(__func__, dstHost, address(srcDevice), ByteCount, Direction::kDeviceToHost,
+  const char* function = __func__;
+  return copy(function, dstHost, address(srcDevice), ByteCount, Direction::kDeviceToHost,
               hStream, true);
 }
 
 CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
                                       size_t ByteCount, CUstream hStream) {
-  return copy(__func__, address(dstDevice), address(srcDevice), ByteCount,
+  const char* function = __func__;
+  return copy(function, address(dstDevice), address(srcDevice), ByteCount,
               Direction::kDeviceToDevice, hStream, true);
 }
 
 CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
                                CUstream hStream) {
-  return copy(__func__, address(dst), address(src), ByteCount, Direction::kDefault, hStream,
+  const char* function = __func__;
+  return copy(function, address(dst), address(src), ByteCount, Direction::kDefault, hStream,
               true);
 }
 
 CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
                               CUcontext srcContext, size_t ByteCount) {
-  return copy_peer(__func__, dstDevice, dstContext, srcDevice, srcContext, ByteCount, nullptr,
+  const char* function = __func__;
+  return copy_peer(function, dstDevice, dstContext, srcDevice, srcContext, ByteCount, nullptr,
                    false);
 }
 
 CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext,
                                    CUdeviceptr srcDevice, CUcontext srcContext,
                                    size_t ByteCount, CUstream hStream) {
-  return copy_peer(__func__, dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream,
+  const char* function = __func__;
+  return copy_peer(function, dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream,
                    true);
 }
 
 CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
-  return fill(__func__, dstDevice, uc, 1, N, nullptr, false);
+  const char* function = __func__;
+  return fill(function, dstDevice, uc, 1, N, nullptr, false);
 }
 
 CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
-  return fill(__func__, dstDevice, ui, 4, N, nullptr, false);
+  const char* function = __func__;
+  return fill(function, dstDevice, ui, 4, N, nullptr, false);
 }
 
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
                                  CUstream hStream) {
-  return fill(__func__, dstDevice, uc, 1, N, hStream, true);
+  const char* function = __func__;
+  return fill(function, dstDevice, uc, 1, N, hStream, true);
 }
 
 CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N,
                                   CUstream hStream) {
-  return fill(__func__, dstDevice, ui, 4, N, hStream, true);
+  const char* function = __func__;
+  return fill(function, dstDevice, ui, 4, N, hStream, true);
 }
 
 CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute,
                                        CUdeviceptr ptr) {
+  const char* function = __func__;
   return driver_call([&] {
     if (data == nullptr) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     bridge::PointerKind kind = bridge::PointerKind::kUnregistered;
     int device = -1;
-    CUresult result = as_result(__func__, bridge::pointer_kind(address(ptr), &kind, &device));
+    CUresult result = as_result(function, bridge::pointer_kind(address(ptr), &kind, &device));
     if (result != CUDA_SUCCESS) {
       return result;
     }
@@ -217,7 +237,7 @@ CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute
         *static_cast<void**>(data) = address(ptr);
         return CUDA_SUCCESS;
       default:
-        bridge::not_simulated(__func__,
+        bridge::not_simulated(function,
                               ("attribute " + std::to_string(static_cast<int>(attribute)))
                                   .c_str());
     }
