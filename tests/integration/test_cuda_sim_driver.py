@@ -118,3 +118,17 @@ def test_tensorflow_stream_executor_runs_on_the_driver(build: Path, smoke: Path,
         assert f"device {device}: streams ok=1/1 sync=OK callbacks=1 wrong_words=0 " \
                f"wrong_in_callback=0 of 1048576 -> OK" in proc.stdout
     assert "SMOKE OK" in proc.stdout
+
+
+def test_the_two_cuda_versions_meet_only_at_the_neutral_bridge() -> None:
+    """driver/ sees the cuda.h it implements and runtime/bridge.h, nothing of the runtime's
+    CUDA 13 side; bridge.h includes no CUDA header, so no translation unit sees both."""
+    bridge = (SOURCE_DIR / "runtime" / "bridge.h").read_text()
+    includes = [line for line in bridge.splitlines() if line.startswith("#include")]
+    assert includes and all("cuda" not in line for line in includes), includes
+    for source in sorted((SOURCE_DIR / "driver").iterdir()):
+        for line in source.read_text().splitlines():
+            if line.startswith("#include \""):
+                assert line in ('#include "bridge.h"', '#include "driver.h"'), (source, line)
+            elif line.startswith("#include <"):
+                assert "cuda_runtime" not in line and "driver_types" not in line, (source, line)
