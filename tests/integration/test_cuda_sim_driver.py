@@ -10,6 +10,7 @@ import ctypes
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,45 @@ def test_driver_implements_the_wheels_cuda_h_over_the_shared_engine(build: Path)
                              capture_output=True, text=True, check=True).stdout
     assert "lms_sim::" not in symbols
     assert " T cuLaunchHostFunc" in symbols and " T cuModuleLoad" in symbols
+
+
+# Both front ends loaded into one process: what one does, the other sees.
+ONE_ENGINE = """
+import ctypes, sys
+build = sys.argv[1]
+runtime = ctypes.CDLL(build + "/liblms_cuda_sim.so")
+driver = ctypes.CDLL(build + "/libcuda.so.1")
+assert driver.cuInit(0) == 0
+context = ctypes.c_void_p()
+assert driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), 1) == 0
+assert driver.cuCtxSetCurrent(context) == 0
+device = ctypes.c_int(-1)
+assert runtime.cudaGetDevice(ctypes.byref(device)) == 0 and device.value == 1, device.value
+free_before, free_after, total = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
+assert runtime.cudaMemGetInfo(ctypes.byref(free_before), ctypes.byref(total)) == 0
+pointer = ctypes.c_uint64()
+assert driver.cuMemAlloc_v2(ctypes.byref(pointer), 1 << 20) == 0
+assert runtime.cudaMemGetInfo(ctypes.byref(free_after), ctypes.byref(total)) == 0
+assert free_before.value - free_after.value == 2 << 20, (free_before.value, free_after.value)
+stream = ctypes.c_void_p()
+assert runtime.cudaStreamCreate(ctypes.byref(stream)) == 0
+assert driver.cuMemsetD8Async(pointer, 7, 1 << 20, stream) == 0
+assert driver.cuStreamSynchronize(stream) == 0
+back = (ctypes.c_uint8 * 16)()
+assert runtime.cudaMemcpy(back, ctypes.c_void_p(pointer.value), 16, 2) == 0  # device to host
+assert list(back) == [7] * 16, list(back)
+assert runtime.cudaStreamDestroy(stream) == 0
+assert driver.cuStreamQuery(stream) == 400  # CUDA_ERROR_INVALID_HANDLE: gone for both
+print("one engine")
+"""
+
+
+def test_both_front_ends_share_one_engine(build: Path, tmp_path: Path) -> None:
+    script = tmp_path / "one_engine.py"
+    script.write_text(ONE_ENGINE)
+    proc = subprocess.run([sys.executable, str(script), str(build)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "LMS_SIM_SEED": "5"})
+    assert proc.returncode == 0 and "one engine" in proc.stdout, proc.stdout + proc.stderr
 
 
 @pytest.fixture(scope="module")
