@@ -10,7 +10,7 @@ namespace lms_sim {
 
 namespace {
 
-thread_local cudaStreamCaptureMode thread_mode = cudaStreamCaptureModeGlobal;
+thread_local CaptureMode thread_mode = kCaptureModeGlobal;
 
 void merge(std::vector<size_t>& into, const std::vector<size_t>& from) {
   for (size_t node : from) {
@@ -27,17 +27,17 @@ Captures& Captures::get() {
   return *captures;
 }
 
-cudaError_t Captures::begin(const StreamRef& stream, cudaStreamCaptureMode mode) {
-  if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
-      mode != cudaStreamCaptureModeRelaxed) {
-    return cudaErrorInvalidValue;
+Status Captures::begin(const StreamRef& stream, CaptureMode mode) {
+  if (mode != kCaptureModeGlobal && mode != kCaptureModeThreadLocal &&
+      mode != kCaptureModeRelaxed) {
+    return kErrorInvalidValue;
   }
   if (stream->kind == StreamKind::kLegacy) {
-    return cudaErrorStreamCaptureUnsupported;
+    return kErrorStreamCaptureUnsupported;
   }
   std::lock_guard<std::mutex> guard(mutex_);
   if (stream->capture) {
-    return cudaErrorIllegalState;
+    return kErrorIllegalState;
   }
   auto session = std::make_shared<CaptureSession>();
   session->id = next_id_++;
@@ -48,22 +48,22 @@ cudaError_t Captures::begin(const StreamRef& stream, cudaStreamCaptureMode mode)
   stream->capture = session;
   stream->frontier.clear();
   active_.push_back(session);
-  return cudaSuccess;
+  return kSuccess;
 }
 
-cudaError_t Captures::end(const StreamRef& stream, std::vector<CaptureNode>* nodes) {
+Status Captures::end(const StreamRef& stream, std::vector<CaptureNode>* nodes) {
   std::lock_guard<std::mutex> guard(mutex_);
   std::shared_ptr<CaptureSession> session = stream->capture;
   if (!session) {
-    return cudaErrorIllegalState;
+    return kErrorIllegalState;
   }
   if (session->origin != stream) {
     invalidate_locked(*session, "cudaStreamEndCapture on a stream that joined the capture");
-    return cudaErrorStreamCaptureUnmatched;
+    return kErrorStreamCaptureUnmatched;
   }
-  if (session->mode != cudaStreamCaptureModeRelaxed &&
+  if (session->mode != kCaptureModeRelaxed &&
       session->thread != std::this_thread::get_id()) {
-    return cudaErrorStreamCaptureWrongThread;
+    return kErrorStreamCaptureWrongThread;
   }
   // Every fork must be joined: the last node of each member stream must be an
   // ancestor of (or be) a node the origin stream depends on now.
@@ -88,23 +88,23 @@ cudaError_t Captures::end(const StreamRef& stream, std::vector<CaptureNode>* nod
   }
   active_.erase(std::remove(active_.begin(), active_.end(), session), active_.end());
   if (session->invalidated) {
-    return cudaErrorStreamCaptureInvalidated;
+    return kErrorStreamCaptureInvalidated;
   }
   if (unjoined) {
-    return cudaErrorStreamCaptureUnjoined;
+    return kErrorStreamCaptureUnjoined;
   }
   *nodes = std::move(session->nodes);
-  return cudaSuccess;
+  return kSuccess;
 }
 
-cudaError_t Captures::record_locked(const StreamRef& stream, Op op) {
+Status Captures::record_locked(const StreamRef& stream, Op op) {
   CaptureSession& session = *stream->capture;
   if (session.invalidated) {
-    return cudaErrorStreamCaptureInvalidated;
+    return kErrorStreamCaptureInvalidated;
   }
   session.nodes.push_back(CaptureNode{std::move(op), stream->frontier});
   stream->frontier = {session.nodes.size() - 1};
-  return cudaSuccess;
+  return kSuccess;
 }
 
 void Captures::record_event_locked(const StreamRef& stream, EventState& event) {
@@ -113,7 +113,7 @@ void Captures::record_event_locked(const StreamRef& stream, EventState& event) {
   event.capture_nodes = stream->frontier;
 }
 
-cudaError_t Captures::wait_event_locked(const StreamRef& stream, EventState& event) {
+Status Captures::wait_event_locked(const StreamRef& stream, EventState& event) {
   std::shared_ptr<CaptureSession> recorded_in;
   std::vector<size_t> nodes;
   {
@@ -124,40 +124,40 @@ cudaError_t Captures::wait_event_locked(const StreamRef& stream, EventState& eve
   bool still_capturing = recorded_in &&
       std::find(active_.begin(), active_.end(), recorded_in) != active_.end();
   if (recorded_in && !still_capturing) {
-    return cudaErrorCapturedEvent;
+    return kErrorCapturedEvent;
   }
   if (!recorded_in) {
     // An event of ordinary work: a capturing stream may not depend on it.
     if (stream->capture) {
       invalidate_locked(*stream->capture, "a wait on an event recorded outside the capture");
-      return cudaErrorStreamCaptureIsolation;
+      return kErrorStreamCaptureIsolation;
     }
-    return cudaSuccess;  // the caller appends an ordinary wait
+    return kSuccess;  // the caller appends an ordinary wait
   }
   if (!stream->capture) {
     // Fork: this stream joins the capture after the event's nodes.
     stream->capture = recorded_in;
     stream->frontier = nodes;
     recorded_in->members.push_back(stream);
-    return cudaSuccess;
+    return kSuccess;
   }
   if (stream->capture != recorded_in) {
     invalidate_locked(*stream->capture, "a wait joining two captures");
     invalidate_locked(*recorded_in, "a wait joining two captures");
-    return cudaErrorStreamCaptureMerge;
+    return kErrorStreamCaptureMerge;
   }
   merge(stream->frontier, nodes);
-  return cudaSuccess;
+  return kSuccess;
 }
 
-cudaError_t Captures::check_legacy_locked(int device) {
-  cudaError_t status = cudaSuccess;
+Status Captures::check_legacy_locked(int device) {
+  Status status = kSuccess;
   for (const auto& session : active_) {
     for (const StreamRef& member : session->members) {
       if (member->device == device && member->blocking()) {
         invalidate_locked(*session, "the legacy stream was used beside a capturing blocking "
                                     "stream");
-        status = cudaErrorStreamCaptureImplicit;
+        status = kErrorStreamCaptureImplicit;
         break;
       }
     }
@@ -172,51 +172,51 @@ void Captures::invalidate_locked(CaptureSession& session, const std::string& why
   }
 }
 
-cudaError_t Captures::check_unsafe(const char* function) {
-  if (thread_mode == cudaStreamCaptureModeRelaxed) {
-    return cudaSuccess;
+Status Captures::check_unsafe(const char* function) {
+  if (thread_mode == kCaptureModeRelaxed) {
+    return kSuccess;
   }
   std::lock_guard<std::mutex> guard(mutex_);
-  cudaError_t status = cudaSuccess;
+  Status status = kSuccess;
   for (const auto& session : active_) {
     bool mine = session->thread == std::this_thread::get_id();
-    bool forbids = mine ? session->mode != cudaStreamCaptureModeRelaxed
-                        : thread_mode == cudaStreamCaptureModeGlobal &&
-                              session->mode == cudaStreamCaptureModeGlobal;
+    bool forbids = mine ? session->mode != kCaptureModeRelaxed
+                        : thread_mode == kCaptureModeGlobal &&
+                              session->mode == kCaptureModeGlobal;
     if (forbids) {
       invalidate_locked(*session, std::string(function) + " was called during the capture");
-      status = cudaErrorStreamCaptureUnsupported;
+      status = kErrorStreamCaptureUnsupported;
     }
   }
   return status;
 }
 
-cudaError_t Captures::status(const StreamRef& stream, cudaStreamCaptureStatus* status,
+Status Captures::status(const StreamRef& stream, CaptureStatus* status,
                              unsigned long long* id) {
   std::lock_guard<std::mutex> guard(mutex_);
   if (stream->kind == StreamKind::kLegacy) {
     for (const auto& session : active_) {
       for (const StreamRef& member : session->members) {
         if (member->device == stream->device && member->blocking()) {
-          return cudaErrorStreamCaptureImplicit;
+          return kErrorStreamCaptureImplicit;
         }
       }
     }
   }
   if (!stream->capture) {
-    *status = cudaStreamCaptureStatusNone;
-    return cudaSuccess;
+    *status = kCaptureStatusNone;
+    return kSuccess;
   }
-  *status = stream->capture->invalidated ? cudaStreamCaptureStatusInvalidated
-                                         : cudaStreamCaptureStatusActive;
+  *status = stream->capture->invalidated ? kCaptureStatusInvalidated
+                                         : kCaptureStatusActive;
   if (id != nullptr) {
     *id = stream->capture->id;
   }
-  return cudaSuccess;
+  return kSuccess;
 }
 
-cudaStreamCaptureMode Captures::exchange_mode(cudaStreamCaptureMode mode) {
-  cudaStreamCaptureMode previous = thread_mode;
+CaptureMode Captures::exchange_mode(CaptureMode mode) {
+  CaptureMode previous = thread_mode;
   thread_mode = mode;
   return previous;
 }

@@ -13,7 +13,7 @@
 #include "event.h"
 #include "stream.h"
 
-#include <cuda_runtime_api.h>
+#include "status.h"
 
 #include <memory>
 #include <mutex>
@@ -30,7 +30,7 @@ struct CaptureNode {
 
 struct CaptureSession {
   uint64_t id = 0;
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  CaptureMode mode = kCaptureModeGlobal;
   std::thread::id thread;
   StreamRef origin;
   bool invalidated = false;
@@ -47,25 +47,25 @@ class Captures {
   // a device's ordering mutex, then a stream's.
   std::mutex& mutex() { return mutex_; }
 
-  cudaError_t begin(const StreamRef& stream, cudaStreamCaptureMode mode);
+  Status begin(const StreamRef& stream, CaptureMode mode);
   // Ends the capture begun on `stream`; the recorded work in topological
   // order on success.
-  cudaError_t end(const StreamRef& stream, std::vector<CaptureNode>* nodes);
+  Status end(const StreamRef& stream, std::vector<CaptureNode>* nodes);
 
   // With mutex() held, for a capturing stream:
-  cudaError_t record_locked(const StreamRef& stream, Op op);
+  Status record_locked(const StreamRef& stream, Op op);
   void record_event_locked(const StreamRef& stream, EventState& event);
-  cudaError_t wait_event_locked(const StreamRef& stream, EventState& event);
+  Status wait_event_locked(const StreamRef& stream, EventState& event);
   // Use of the legacy stream of `device` while one of its blocking streams
   // captures.
-  cudaError_t check_legacy_locked(int device);
+  Status check_legacy_locked(int device);
   void invalidate_locked(CaptureSession& session, const std::string& why);
 
   // A potentially unsafe call (see cudaThreadExchangeStreamCaptureMode).
-  cudaError_t check_unsafe(const char* function);
-  cudaError_t status(const StreamRef& stream, cudaStreamCaptureStatus* status,
+  Status check_unsafe(const char* function);
+  Status status(const StreamRef& stream, CaptureStatus* status,
                      unsigned long long* id);
-  cudaStreamCaptureMode exchange_mode(cudaStreamCaptureMode mode);
+  CaptureMode exchange_mode(CaptureMode mode);
   bool capturing(const StreamRef& stream);
 
  private:

@@ -7,62 +7,62 @@ namespace lms_sim {
 
 namespace {
 
-thread_local cudaError_t last_error = cudaSuccess;
+thread_local Status last_error = kSuccess;
 
 struct Description {
-  cudaError_t status;
+  Status status;
   const char* name;
   const char* text;
 };
 
 // The codes the simulator returns, with the runtime's wording.
 constexpr Description kDescriptions[] = {
-    {cudaSuccess, "cudaSuccess", "no error"},
-    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
-    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
-    {cudaErrorInitializationError, "cudaErrorInitializationError", "initialization error"},
-    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
-    {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection",
+    {kSuccess, "cudaSuccess", "no error"},
+    {kErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {kErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {kErrorInitializationError, "cudaErrorInitializationError", "initialization error"},
+    {kErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+    {kErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection",
      "invalid copy direction for memcpy"},
-    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
-    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle",
+    {kErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+    {kErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle",
      "invalid resource handle"},
-    {cudaErrorIllegalState, "cudaErrorIllegalState",
+    {kErrorIllegalState, "cudaErrorIllegalState",
      "the operation cannot be performed in the present state"},
-    {cudaErrorSymbolNotFound, "cudaErrorSymbolNotFound", "named symbol not found"},
-    {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
-    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress",
+    {kErrorSymbolNotFound, "cudaErrorSymbolNotFound", "named symbol not found"},
+    {kErrorNotReady, "cudaErrorNotReady", "device not ready"},
+    {kErrorIllegalAddress, "cudaErrorIllegalAddress",
      "an illegal memory access was encountered"},
-    {cudaErrorPeerAccessAlreadyEnabled, "cudaErrorPeerAccessAlreadyEnabled",
+    {kErrorPeerAccessAlreadyEnabled, "cudaErrorPeerAccessAlreadyEnabled",
      "peer access is already enabled"},
-    {cudaErrorPeerAccessNotEnabled, "cudaErrorPeerAccessNotEnabled",
+    {kErrorPeerAccessNotEnabled, "cudaErrorPeerAccessNotEnabled",
      "peer access has not been enabled"},
-    {cudaErrorHostMemoryAlreadyRegistered, "cudaErrorHostMemoryAlreadyRegistered",
+    {kErrorHostMemoryAlreadyRegistered, "cudaErrorHostMemoryAlreadyRegistered",
      "part or all of the requested memory range is already mapped"},
-    {cudaErrorNotPermitted, "cudaErrorNotPermitted", "operation not permitted"},
-    {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
-    {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
+    {kErrorNotPermitted, "cudaErrorNotPermitted", "operation not permitted"},
+    {kErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+    {kErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
      "operation not permitted when stream is capturing"},
-    {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
+    {kErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
      "operation failed due to a previous error during capture"},
-    {cudaErrorStreamCaptureMerge, "cudaErrorStreamCaptureMerge",
+    {kErrorStreamCaptureMerge, "cudaErrorStreamCaptureMerge",
      "operation would result in a merge of separate capture sequences"},
-    {cudaErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched",
+    {kErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched",
      "capture was not ended in the same stream as it began"},
-    {cudaErrorStreamCaptureUnjoined, "cudaErrorStreamCaptureUnjoined",
+    {kErrorStreamCaptureUnjoined, "cudaErrorStreamCaptureUnjoined",
      "capturing stream has unjoined work"},
-    {cudaErrorStreamCaptureIsolation, "cudaErrorStreamCaptureIsolation",
+    {kErrorStreamCaptureIsolation, "cudaErrorStreamCaptureIsolation",
      "dependency created on uncaptured work in another stream"},
-    {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
+    {kErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
      "operation would make the legacy stream depend on a capturing blocking stream"},
-    {cudaErrorCapturedEvent, "cudaErrorCapturedEvent",
+    {kErrorCapturedEvent, "cudaErrorCapturedEvent",
      "operation not permitted on an event last recorded in a capturing stream"},
-    {cudaErrorStreamCaptureWrongThread, "cudaErrorStreamCaptureWrongThread",
+    {kErrorStreamCaptureWrongThread, "cudaErrorStreamCaptureWrongThread",
      "attempt to terminate a thread-local capture sequence from another thread"},
-    {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
+    {kErrorUnknown, "cudaErrorUnknown", "unknown error"},
 };
 
-const Description* describe(cudaError_t status) {
+const Description* describe(Status status) {
   for (const Description& d : kDescriptions) {
     if (d.status == status) {
       return &d;
@@ -73,30 +73,30 @@ const Description* describe(cudaError_t status) {
 
 } // namespace
 
-const char* error_name(cudaError_t status) {
+const char* error_name(Status status) {
   const Description* d = describe(status);
   return d ? d->name : "unrecognized error code";
 }
 
-const char* error_string(cudaError_t status) {
+const char* error_string(Status status) {
   const Description* d = describe(status);
   return d ? d->text : "unrecognized error code";
 }
 
-cudaError_t record(cudaError_t status) {
-  if (status != cudaSuccess) {
+Status record(Status status) {
+  if (status != kSuccess) {
     last_error = status;
   }
   return status;
 }
 
-cudaError_t take_last_error() {
-  cudaError_t status = last_error;
-  last_error = cudaSuccess;
+Status take_last_error() {
+  Status status = last_error;
+  last_error = kSuccess;
   return status;
 }
 
-cudaError_t peek_last_error() {
+Status peek_last_error() {
   return last_error;
 }
 

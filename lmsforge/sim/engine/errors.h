@@ -4,20 +4,20 @@
 // names and strings, and the loud end of everything the simulator does not
 // model.
 
-#include <cuda_runtime_api.h>
+#include "status.h"
 
 #include <string>
 
 namespace lms_sim {
 
-const char* error_name(cudaError_t status);
-const char* error_string(cudaError_t status);
+const char* error_name(Status status);
+const char* error_string(Status status);
 
 // Remembers a failure as the calling thread's last error and returns `status`.
-cudaError_t record(cudaError_t status);
+Status record(Status status);
 // cudaGetLastError / cudaPeekAtLastError (without the sticky error).
-cudaError_t take_last_error();
-cudaError_t peek_last_error();
+Status take_last_error();
+Status peek_last_error();
 
 // Every exported function either works or ends here, naming itself: a
 // simulator that silently returned success would prove nothing.

@@ -16,7 +16,7 @@ namespace {
 // lms_test_slow_sum(const u32* src, u64 words, u64 spin_ns, u64* sum):
 // spins spin_ns on %globaltimer, then adds every word of src to *sum
 // atomically (c10/cuda/test/LargeModelSupport_test.cpp).
-cudaError_t slow_sum(const std::vector<uint64_t>& args) {
+Status slow_sum(const std::vector<uint64_t>& args) {
   const void* src = reinterpret_cast<const void*>(args[0]);
   uint64_t words = args[1];
   uint64_t spin_ns = args[2];
@@ -29,7 +29,7 @@ cudaError_t slow_sum(const std::vector<uint64_t>& args) {
   if (words != 0) {
     const uint8_t* bytes = runtime.device_bytes(src, words * sizeof(uint32_t));
     if (bytes == nullptr) {
-      return cudaErrorIllegalAddress;
+      return kErrorIllegalAddress;
     }
     for (uint64_t i = 0; i < words; ++i) {
       uint32_t word = 0;
@@ -39,10 +39,10 @@ cudaError_t slow_sum(const std::vector<uint64_t>& args) {
   }
   uint8_t* target = runtime.device_bytes(sum, sizeof(uint64_t));
   if (target == nullptr) {
-    return cudaErrorIllegalAddress;
+    return kErrorIllegalAddress;
   }
   __atomic_fetch_add(reinterpret_cast<uint64_t*>(target), total, __ATOMIC_SEQ_CST);
-  return cudaSuccess;
+  return kSuccess;
 }
 
 // Its spin, then a read of the buffer.

@@ -6,7 +6,7 @@
 // the stream's worker; a kernel that spins for a time sleeps for it instead
 // (times LMS_SIM_SPIN_SCALE).
 
-#include <cuda_runtime_api.h>
+#include "status.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -18,8 +18,8 @@ namespace lms_sim {
 struct HostKernel {
   const char* name;
   std::vector<size_t> param_bytes;  // the sizes of the PTX entry's .param list
-  // Returns cudaErrorIllegalAddress when it would touch unallocated memory.
-  cudaError_t (*run)(const std::vector<uint64_t>& args);
+  // Returns kErrorIllegalAddress when it would touch unallocated memory.
+  Status (*run)(const std::vector<uint64_t>& args);
   // How long it takes on the device, in virtual time (timing.h).
   double (*duration_ns)(const std::vector<uint64_t>& args);
 };

@@ -88,10 +88,10 @@ bool DeviceArena::place_locked(size_t bytes, size_t* offset) {
   return false;
 }
 
-cudaError_t DeviceArena::allocate(size_t bytes, void** out) {
+Status DeviceArena::allocate(size_t bytes, void** out) {
   if (bytes == 0) {
     *out = nullptr;
-    return cudaSuccess;
+    return kSuccess;
   }
   size_t rounded = round_up(bytes, kGranule);
   size_t offset = 0;
@@ -99,7 +99,7 @@ cudaError_t DeviceArena::allocate(size_t bytes, void** out) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (used_ + rounded > capacity_ || !place_locked(rounded, &offset)) {
-      return cudaErrorMemoryAllocation;
+      return kErrorMemoryAllocation;
     }
     live_[offset] = Allocation{rounded, bytes};
     used_ += rounded;
@@ -109,7 +109,7 @@ cudaError_t DeviceArena::allocate(size_t bytes, void** out) {
   // What a fresh allocation holds is undefined: make it visibly wrong.
   fill_poison(shadow_base_ + offset, rounded, salt);
   *out = device_base_ + offset;
-  return cudaSuccess;
+  return kSuccess;
 }
 
 bool DeviceArena::free(void* ptr) {
@@ -178,16 +178,16 @@ size_t DeviceArena::used() const {
   return used_;
 }
 
-cudaError_t PinnedHost::allocate(size_t bytes, int device, void** out) {
+Status PinnedHost::allocate(size_t bytes, int device, void** out) {
   if (bytes == 0) {
     *out = nullptr;
-    return cudaSuccess;
+    return kSuccess;
   }
   size_t rounded = round_up(bytes, 4096);
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (used_ + rounded > capacity_) {
-      return cudaErrorMemoryAllocation;
+      return kErrorMemoryAllocation;
     }
     used_ += rounded;
   }
@@ -196,11 +196,11 @@ cudaError_t PinnedHost::allocate(size_t bytes, int device, void** out) {
   std::lock_guard<std::mutex> guard(mutex_);
   if (address == MAP_FAILED) {
     used_ -= rounded;
-    return cudaErrorMemoryAllocation;
+    return kErrorMemoryAllocation;
   }
   blocks_[reinterpret_cast<uintptr_t>(address)] = Block{rounded, device};
   *out = address;
-  return cudaSuccess;
+  return kSuccess;
 }
 
 bool PinnedHost::free(void* ptr) {

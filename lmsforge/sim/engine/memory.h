@@ -10,7 +10,7 @@
 // again soon and a stale pointer faults instead of reading someone else's
 // data. New allocations are filled with poison; freed ones are released.
 
-#include <cuda_runtime_api.h>
+#include "status.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -27,8 +27,8 @@ class DeviceArena {
   DeviceArena(const DeviceArena&) = delete;
   DeviceArena& operator=(const DeviceArena&) = delete;
 
-  // cudaErrorMemoryAllocation beyond the capacity, like cudaMalloc.
-  cudaError_t allocate(size_t bytes, void** out);
+  // kErrorMemoryAllocation beyond the capacity, like cudaMalloc.
+  Status allocate(size_t bytes, void** out);
   // False when `ptr` is not the start of a live allocation.
   bool free(void* ptr);
   // Where the simulator reads and writes [ptr, ptr + bytes), or nullptr when
@@ -67,7 +67,7 @@ class DeviceArena {
 class PinnedHost {
  public:
   explicit PinnedHost(size_t capacity) : capacity_(capacity) {}
-  cudaError_t allocate(size_t bytes, int device, void** out);
+  Status allocate(size_t bytes, int device, void** out);
   bool free(void* ptr);
   bool find(const void* ptr, void** base, size_t* size, int* device) const;
   size_t used() const;

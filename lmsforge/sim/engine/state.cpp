@@ -65,11 +65,11 @@ Place Runtime::locate(const void* ptr, size_t bytes) {
   }
   void* base = nullptr;
   size_t size = 0;
-  int device = cudaInvalidDeviceId;
+  int device = kInvalidDeviceId;
   if (pinned_.find(ptr, &base, &size, &device)) {
     return Place{Place::kPinned, device, true};
   }
-  return Place{Place::kPageable, cudaInvalidDeviceId, true};
+  return Place{Place::kPageable, kInvalidDeviceId, true};
 }
 
 uint8_t* Runtime::device_bytes(const void* ptr, size_t bytes) {
@@ -81,15 +81,15 @@ uint8_t* Runtime::device_bytes(const void* ptr, size_t bytes) {
   return nullptr;
 }
 
-cudaError_t Runtime::sticky_error(int index) {
+Status Runtime::sticky_error(int index) {
   if (!valid_device(index)) {
-    return cudaSuccess;
+    return kSuccess;
   }
-  return static_cast<cudaError_t>(device(index).sticky.load());
+  return static_cast<Status>(device(index).sticky.load());
 }
 
-void Runtime::fault(const Op& op, cudaError_t status) {
-  int expected = cudaSuccess;
+void Runtime::fault(const Op& op, Status status) {
+  int expected = kSuccess;
   if (device(op.device).sticky.compare_exchange_strong(expected, status)) {
     report(std::string(error_name(status)) + " on cuda:" + std::to_string(op.device) +
            " in " + op.what + ": it touched memory that is not allocated on the device; " +
@@ -111,23 +111,23 @@ StreamRef Runtime::per_thread_stream(int index) {
   return stream;
 }
 
-StreamRef Runtime::resolve(cudaStream_t handle, cudaError_t* status) {
-  *status = cudaSuccess;
-  if (handle == nullptr || handle == cudaStreamLegacy) {
+StreamRef Runtime::resolve(StreamHandle handle, Status* status) {
+  *status = kSuccess;
+  if (handle == nullptr || handle == legacy_stream_handle()) {
     return device(thread_device).legacy;
   }
-  if (handle == cudaStreamPerThread) {
+  if (handle == per_thread_stream_handle()) {
     return per_thread_stream(thread_device);
   }
   std::lock_guard<std::mutex> guard(handles_mutex_);
   if (streams_.count(handle) == 0) {
-    *status = cudaErrorInvalidResourceHandle;
+    *status = kErrorInvalidResourceHandle;
     return nullptr;
   }
   return handle->state;
 }
 
-cudaStream_t Runtime::create_stream(int index, unsigned flags, int priority) {
+StreamHandle Runtime::create_stream(int index, unsigned flags, int priority) {
   StreamRef stream = make_stream(index, StreamKind::kCreated, flags, priority);
   {
     Device& d = device(index);
@@ -141,61 +141,61 @@ cudaStream_t Runtime::create_stream(int index, unsigned flags, int priority) {
   return handle;
 }
 
-cudaError_t Runtime::destroy_stream(cudaStream_t handle) {
+Status Runtime::destroy_stream(StreamHandle handle) {
   {
     std::lock_guard<std::mutex> guard(handles_mutex_);
     if (handle == nullptr || streams_.erase(handle) == 0) {
-      return cudaErrorInvalidResourceHandle;
+      return kErrorInvalidResourceHandle;
     }
   }
   // Work already queued still runs, as on a GPU; the handle is gone now.
   handle->state->retire();
   delete handle;
-  return cudaSuccess;
+  return kSuccess;
 }
 
-std::shared_ptr<EventState> Runtime::resolve(cudaEvent_t handle, cudaError_t* status) {
+std::shared_ptr<EventState> Runtime::resolve(EventHandle handle, Status* status) {
   std::lock_guard<std::mutex> guard(handles_mutex_);
   if (handle == nullptr || events_.count(handle) == 0) {
-    *status = cudaErrorInvalidResourceHandle;
+    *status = kErrorInvalidResourceHandle;
     return nullptr;
   }
-  *status = cudaSuccess;
+  *status = kSuccess;
   return handle->state;
 }
 
-cudaEvent_t Runtime::create_event(int index, unsigned flags) {
+EventHandle Runtime::create_event(int index, unsigned flags) {
   auto* handle = new CUevent_st{std::make_shared<EventState>(index, flags)};
   std::lock_guard<std::mutex> guard(handles_mutex_);
   events_.insert(handle);
   return handle;
 }
 
-cudaError_t Runtime::destroy_event(cudaEvent_t handle) {
+Status Runtime::destroy_event(EventHandle handle) {
   {
     std::lock_guard<std::mutex> guard(handles_mutex_);
     if (handle == nullptr || events_.erase(handle) == 0) {
-      return cudaErrorInvalidResourceHandle;
+      return kErrorInvalidResourceHandle;
     }
   }
   delete handle;  // a pending record keeps its marker; nothing else refers to the event
-  return cudaSuccess;
+  return kSuccess;
 }
 
-cudaError_t Runtime::submit(const StreamRef& stream, Op op) {
+Status Runtime::submit(const StreamRef& stream, Op op) {
   Captures& captures = Captures::get();
   std::lock_guard<std::mutex> guard(captures.mutex());
   if (stream->capture) {
     return captures.record_locked(stream, std::move(op));
   }
   if (stream->kind == StreamKind::kLegacy) {
-    cudaError_t status = captures.check_legacy_locked(stream->device);
-    if (status != cudaSuccess) {
+    Status status = captures.check_legacy_locked(stream->device);
+    if (status != kSuccess) {
       return status;
     }
   }
   append(stream, std::move(op));
-  return cudaSuccess;
+  return kSuccess;
 }
 
 Position Runtime::append(const StreamRef& stream, Op op) {
@@ -224,29 +224,29 @@ Position Runtime::append(const StreamRef& stream, Op op) {
   return stream->push(std::move(op));
 }
 
-cudaError_t Runtime::wait_really(const StreamRef& stream, uint64_t index) {
+Status Runtime::wait_really(const StreamRef& stream, uint64_t index) {
   Progress::instance().wait([&] {
-    return stream->reached(index) || sticky_error(stream->device) != cudaSuccess;
+    return stream->reached(index) || sticky_error(stream->device) != kSuccess;
   });
   return sticky_error(stream->device);
 }
 
-cudaError_t Runtime::wait(const StreamRef& stream, Position position) {
-  cudaError_t status = wait_really(stream, position.index);
+Status Runtime::wait(const StreamRef& stream, Position position) {
+  Status status = wait_really(stream, position.index);
   Timing::get().reach(position.end);
   return status;
 }
 
-cudaError_t Runtime::wait_for(const std::shared_ptr<Timestamp>& marker, int index) {
+Status Runtime::wait_for(const std::shared_ptr<Timestamp>& marker, int index) {
   Progress::instance().wait([&] {
     return marker->reached.load(std::memory_order_acquire) ||
-        sticky_error(index) != cudaSuccess;
+        sticky_error(index) != kSuccess;
   });
   Timing::get().reach(marker->virtual_end);
   return sticky_error(index);
 }
 
-cudaError_t Runtime::synchronize_stream(const StreamRef& stream) {
+Status Runtime::synchronize_stream(const StreamRef& stream) {
   if (stream->kind == StreamKind::kLegacy) {
     // Like any action on the legacy stream, a synchronisation first waits for
     // the blocking streams of its device.
@@ -270,19 +270,19 @@ VirtualNs Runtime::stream_end(const StreamRef& stream) {
   return end;
 }
 
-cudaError_t Runtime::observe(VirtualNs end, const std::function<bool()>& really_done,
+Status Runtime::observe(VirtualNs end, const std::function<bool()>& really_done,
                              int index) {
   if (end > Timing::get().now()) {
-    return cudaErrorNotReady;
+    return kErrorNotReady;
   }
   if (really_done()) {
-    return cudaSuccess;
+    return kSuccess;
   }
   if (host_functions_.load() > 0) {
-    return cudaErrorNotReady;
+    return kErrorNotReady;
   }
   Progress::instance().wait([&] {
-    return really_done() || sticky_error(index) != cudaSuccess;
+    return really_done() || sticky_error(index) != kSuccess;
   });
   return sticky_error(index);
 }
@@ -313,28 +313,28 @@ std::vector<StreamRef> Runtime::streams_of(int index) {
   return streams;
 }
 
-cudaError_t Runtime::synchronize_device(int index) {
+Status Runtime::synchronize_device(int index) {
   VirtualNs end = 0;
   for (const StreamRef& stream : streams_of(index)) {
     Position tail = stream->tail();
-    cudaError_t status = wait_really(stream, tail.index);
-    if (status != cudaSuccess) {
+    Status status = wait_really(stream, tail.index);
+    if (status != kSuccess) {
       return status;
     }
     end = std::max(end, tail.end);
   }
   Timing::get().reach(end);
-  return cudaSuccess;
+  return kSuccess;
 }
 
-cudaError_t Runtime::synchronize_all() {
+Status Runtime::synchronize_all() {
   for (int index = 0; index < device_count(); ++index) {
-    cudaError_t status = synchronize_device(index);
-    if (status != cudaSuccess) {
+    Status status = synchronize_device(index);
+    if (status != kSuccess) {
       return status;
     }
   }
-  return cudaSuccess;
+  return kSuccess;
 }
 
 } // namespace lms_sim

@@ -8,7 +8,7 @@
 #include "memory.h"
 #include "stream.h"
 
-#include <cuda_runtime_api.h>
+#include "status.h"
 
 #include <atomic>
 #include <functional>
@@ -32,7 +32,7 @@ struct Device {
   // the first call that needs one on this device, not by queries.
   std::atomic<bool> context{false};
   // An illegal address fault poisons the context: every later call fails.
-  std::atomic<int> sticky{cudaSuccess};
+  std::atomic<int> sticky{kSuccess};
   StreamRef legacy;
   // Serialises appends to the legacy and blocking streams, so that the
   // implicit synchronisation between them sees one order.
@@ -66,34 +66,34 @@ class Runtime {
   // engines see them; nullptr for anything else (a fault).
   uint8_t* device_bytes(const void* ptr, size_t bytes);
 
-  cudaError_t sticky_error(int device);
-  void fault(const Op& op, cudaError_t status);
+  Status sticky_error(int device);
+  void fault(const Op& op, Status status);
 
-  // Streams. A null handle and cudaStreamLegacy mean the current device's
-  // legacy stream; cudaStreamPerThread the calling thread's default stream.
-  StreamRef resolve(cudaStream_t handle, cudaError_t* status);
-  cudaStream_t create_stream(int device, unsigned flags, int priority);
-  cudaError_t destroy_stream(cudaStream_t handle);
+  // Streams. A null handle and legacy_stream_handle() mean the current device's
+  // legacy stream; per_thread_stream_handle() the calling thread's default stream.
+  StreamRef resolve(StreamHandle handle, Status* status);
+  StreamHandle create_stream(int device, unsigned flags, int priority);
+  Status destroy_stream(StreamHandle handle);
 
-  std::shared_ptr<EventState> resolve(cudaEvent_t handle, cudaError_t* status);
-  cudaEvent_t create_event(int device, unsigned flags);
-  cudaError_t destroy_event(cudaEvent_t handle);
+  std::shared_ptr<EventState> resolve(EventHandle handle, Status* status);
+  EventHandle create_event(int device, unsigned flags);
+  Status destroy_event(EventHandle handle);
 
   // Appends `op` to `stream`, or records it when the stream is capturing.
   // The legacy stream first waits for every blocking stream of its device,
   // and a blocking stream first waits for the legacy stream.
-  cudaError_t submit(const StreamRef& stream, Op op);
+  Status submit(const StreamRef& stream, Op op);
   // Appends without the capture check (the caller holds the capture lock or
   // knows the stream does not capture). Returns the position.
   Position append(const StreamRef& stream, Op op);
 
   // Host-side waits; they return a sticky error if one occurs meanwhile, and
   // move the thread's virtual clock to the end of the work waited for.
-  cudaError_t wait(const StreamRef& stream, Position position);
-  cudaError_t wait_for(const std::shared_ptr<Timestamp>& marker, int device);
-  cudaError_t synchronize_stream(const StreamRef& stream);
-  cudaError_t synchronize_device(int device);
-  cudaError_t synchronize_all();
+  Status wait(const StreamRef& stream, Position position);
+  Status wait_for(const std::shared_ptr<Timestamp>& marker, int device);
+  Status synchronize_stream(const StreamRef& stream);
+  Status synchronize_device(int device);
+  Status synchronize_all();
   bool stream_idle(const StreamRef& stream);
   // When everything appended to `stream` so far ends in virtual time (for
   // the legacy stream, with the blocking streams it synchronises with).
@@ -106,7 +106,7 @@ class Runtime {
   // query waits for it, unless a host function is queued or running
   // somewhere (its time is not modelled, and it may wait for this very
   // thread, as a test's gate does): then the real state answers.
-  cudaError_t observe(VirtualNs end, const std::function<bool()>& really_done, int device);
+  Status observe(VirtualNs end, const std::function<bool()>& really_done, int device);
   void host_function_queued() { host_functions_.fetch_add(1); }
   void host_function_done() { host_functions_.fetch_sub(1); }
 
@@ -115,13 +115,13 @@ class Runtime {
  private:
   Runtime();
   StreamRef per_thread_stream(int device);
-  cudaError_t wait_really(const StreamRef& stream, uint64_t index);
+  Status wait_really(const StreamRef& stream, uint64_t index);
 
   std::vector<std::unique_ptr<Device>> devices_;
   PinnedHost pinned_;
   std::mutex handles_mutex_;
-  std::unordered_set<cudaStream_t> streams_;
-  std::unordered_set<cudaEvent_t> events_;
+  std::unordered_set<StreamHandle> streams_;
+  std::unordered_set<EventHandle> events_;
   std::atomic<int> host_functions_{0};  // queued or running
 };
 

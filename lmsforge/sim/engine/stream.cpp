@@ -90,7 +90,7 @@ StreamRef make_stream(int device, StreamKind kind, unsigned flags, int priority)
 
 bool StreamState::blocking() const {
   return kind == StreamKind::kPerThread ||
-      (kind == StreamKind::kCreated && (flags & cudaStreamNonBlocking) == 0);
+      (kind == StreamKind::kCreated && (flags & kStreamNonBlocking) == 0);
 }
 
 Position StreamState::push(Op op) {
@@ -146,7 +146,7 @@ void StreamState::run_worker(StreamRef self) {
 void StreamState::execute(Op& op) {
   Runtime& runtime = Runtime::get();
   Progress::instance().wait([&] {
-    if (runtime.sticky_error(device) != cudaSuccess) {
+    if (runtime.sticky_error(device) != kSuccess) {
       return true;
     }
     for (const Dependency& dependency : op.waits) {
@@ -156,7 +156,7 @@ void StreamState::execute(Op& op) {
     }
     return true;
   });
-  if (op.body && runtime.sticky_error(device) == cudaSuccess) {
+  if (op.body && runtime.sticky_error(device) == kSuccess) {
     auto delay = pick_delay(rng_);
     if (delay.count() > 0) {
       std::this_thread::sleep_for(delay);
@@ -167,8 +167,8 @@ void StreamState::execute(Op& op) {
                    op.virtual_start / 1000.0, op.virtual_end / 1000.0);
     }
     ExecContext context{rng_};
-    cudaError_t status = op.body(context);
-    if (status != cudaSuccess) {
+    Status status = op.body(context);
+    if (status != kSuccess) {
       runtime.fault(op, status);
     }
   }

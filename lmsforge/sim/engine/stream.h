@@ -11,7 +11,7 @@
 
 #include "timing.h"
 
-#include <cuda_runtime_api.h>
+#include "status.h"
 
 #include <atomic>
 #include <chrono>
@@ -67,9 +67,9 @@ struct Op {
   OpKind kind = OpKind::kMarker;
   std::string what;  // for faults and traces: "cudaMemcpyAsync 16 MiB device->host"
   int device = 0;    // whose memory a fault is reported against
-  // The work; returns cudaErrorIllegalAddress when it touched memory that is
+  // The work; returns kErrorIllegalAddress when it touched memory that is
   // not allocated (a fault). Empty for markers.
-  std::function<cudaError_t(ExecContext&)> body;
+  std::function<Status(ExecContext&)> body;
   std::vector<Dependency> waits;
   std::shared_ptr<Timestamp> stamp;  // event records
   // Virtual time: what the operation occupies, the earliest it may start
@@ -112,7 +112,7 @@ class StreamState {
   const int priority;
   const uint64_t id;
 
-  // Synchronises with the legacy stream (created without cudaStreamNonBlocking).
+  // Synchronises with the legacy stream (created without kStreamNonBlocking).
   bool blocking() const;
 
   // Appends an operation and schedules it in virtual time; returns its position.

@@ -70,10 +70,10 @@ cudaError_t cudaGetDeviceCount(int* count) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (count == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     *count = runtime.device_count();
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -81,38 +81,38 @@ cudaError_t cudaGetDevice(int* device) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (device == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     *device = runtime.current_device();
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
 cudaError_t cudaSetDevice(int device) {
   if (in_host_function()) {
-    return record(cudaErrorNotPermitted);
+    return as_cuda(record(kErrorNotPermitted));
   }
   Runtime& runtime = Runtime::get();
   if (!runtime.valid_device(device)) {
-    return record(cudaErrorInvalidDevice);
+    return as_cuda(record(kErrorInvalidDevice));
   }
   // Since CUDA 12, cudaSetDevice initialises the device's primary context.
   runtime.set_current_device(device);
   runtime.create_context(device);
-  return record(runtime.sticky_error(device));
+  return as_cuda(record(runtime.sticky_error(device)));
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (prop == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     if (!runtime.valid_device(device)) {
-      return cudaErrorInvalidDevice;
+      return kErrorInvalidDevice;
     }
     *prop = properties(runtime, device);
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -120,10 +120,10 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (value == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     if (!runtime.valid_device(device)) {
-      return cudaErrorInvalidDevice;
+      return kErrorInvalidDevice;
     }
     cudaDeviceProp prop = properties(runtime, device);
     switch (attr) {
@@ -145,7 +145,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
       default:
         not_simulated(function, "attribute " + std::to_string(static_cast<int>(attr)));
     }
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -153,13 +153,13 @@ cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (pciBusId == nullptr || len <= 0) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     if (!runtime.valid_device(device)) {
-      return cudaErrorInvalidDevice;
+      return kErrorInvalidDevice;
     }
     std::snprintf(pciBusId, static_cast<size_t>(len), "0000:%02x:00.0", device + 1);
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -167,13 +167,13 @@ cudaError_t cudaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevi
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (canAccessPeer == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     if (!runtime.valid_device(device) || !runtime.valid_device(peerDevice)) {
-      return cudaErrorInvalidDevice;
+      return kErrorInvalidDevice;
     }
     *canAccessPeer = device != peerDevice ? 1 : 0;
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -181,16 +181,16 @@ cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (flags != 0) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     int device = runtime.current_with_context().index;
     if (!runtime.valid_device(peerDevice) || peerDevice == device) {
-      return cudaErrorInvalidDevice;
+      return kErrorInvalidDevice;
     }
     std::lock_guard<std::mutex> guard(peers_mutex);
     return peers_enabled.insert({device, peerDevice}).second
-        ? cudaSuccess
-        : cudaErrorPeerAccessAlreadyEnabled;
+        ? kSuccess
+        : kErrorPeerAccessAlreadyEnabled;
   });
 }
 
@@ -198,10 +198,10 @@ cudaError_t cudaDriverGetVersion(int* driverVersion) {
   const char* function = __func__;
   return api_call(function, [&](Runtime&) {
     if (driverVersion == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     *driverVersion = kDriverVersion;
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -209,32 +209,32 @@ cudaError_t cudaRuntimeGetVersion(int* runtimeVersion) {
   const char* function = __func__;
   return api_call(function, [&](Runtime&) {
     if (runtimeVersion == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     *runtimeVersion = CUDART_VERSION;
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
 cudaError_t cudaGetLastError(void) {
   Runtime& runtime = Runtime::get();
-  cudaError_t sticky = runtime.sticky_error(runtime.current_device());
-  cudaError_t last = take_last_error();
-  return sticky != cudaSuccess ? sticky : last;
+  Status sticky = runtime.sticky_error(runtime.current_device());
+  Status last = take_last_error();
+  return as_cuda(sticky != kSuccess ? sticky : last);
 }
 
 cudaError_t cudaPeekAtLastError(void) {
   Runtime& runtime = Runtime::get();
-  cudaError_t sticky = runtime.sticky_error(runtime.current_device());
-  return sticky != cudaSuccess ? sticky : peek_last_error();
+  Status sticky = runtime.sticky_error(runtime.current_device());
+  return as_cuda(sticky != kSuccess ? sticky : peek_last_error());
 }
 
 const char* cudaGetErrorString(cudaError_t error) {
-  return error_string(error);
+  return error_string(static_cast<Status>(error));
 }
 
 const char* cudaGetErrorName(cudaError_t error) {
-  return error_name(error);
+  return error_name(static_cast<Status>(error));
 }
 
 } // extern "C"

@@ -19,15 +19,15 @@ cudaError_t lmsSimLaunchHostKernel(cudaStream_t stream, const char* name, lmsSim
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (fn == nullptr || name == nullptr || (args == nullptr && args_bytes != 0)) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef target = runtime.resolve(stream, &status);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     if (target->device != runtime.current_with_context().index) {
-      return cudaErrorInvalidResourceHandle;  // as for any kernel launch
+      return kErrorInvalidResourceHandle;  // as for any kernel launch
     }
     auto copied = std::make_shared<std::vector<uint8_t>>(args_bytes);
     if (args_bytes != 0) {
@@ -37,7 +37,7 @@ cudaError_t lmsSimLaunchHostKernel(cudaStream_t stream, const char* name, lmsSim
     op.kind = OpKind::kKernel;
     op.device = target->device;
     op.what = std::string("kernel ") + name;
-    op.body = [fn, copied](ExecContext&) { return fn(copied->data()); };
+    op.body = [fn, copied](ExecContext&) { return static_cast<Status>(fn(copied->data())); };
     if (work != nullptr) {
       op.work = Work{Engine::kCompute, 0,
                      Timing::kernel_ns(work->memory_bytes, work->alu_ops, work->requested_ns)};

@@ -59,18 +59,30 @@ void move_bytes(uint8_t* to, const uint8_t* from, size_t bytes, Rng& rng) {
   }
 }
 
-void set_bytes(uint8_t* to, int value, size_t bytes, Rng& rng) {
-  if (!adversarial() || bytes <= kChunk) {
-    std::memset(to, value, bytes);
+// Fills `bytes` (a multiple of `width`, 1 or 4) with the `width`-byte pattern `value`
+// (cudaMemset's byte, the driver's cuMemsetD32 word).
+void fill_pattern(uint8_t* to, uint32_t value, size_t width, size_t bytes) {
+  if (width == 1) {
+    std::memset(to, static_cast<int>(value & 0xff), bytes);
     return;
   }
-  size_t half = bytes / 2;
+  for (size_t at = 0; at + width <= bytes; at += width) {
+    std::memcpy(to + at, &value, width);
+  }
+}
+
+void set_bytes(uint8_t* to, uint32_t value, size_t width, size_t bytes, Rng& rng) {
+  if (!adversarial() || bytes <= kChunk) {
+    fill_pattern(to, value, width, bytes);
+    return;
+  }
+  size_t half = bytes / 2 / width * width;  // the halves split between elements
   bool high_first = rng.uniform() < 0.5;
-  std::memset(to + (high_first ? half : 0), value, high_first ? bytes - half : half);
+  fill_pattern(to + (high_first ? half : 0), value, width, high_first ? bytes - half : half);
   if (rng.uniform() < 0.1) {
     std::this_thread::sleep_for(std::chrono::microseconds(rng.below(300)));
   }
-  std::memset(to + (high_first ? 0 : half), value, high_first ? half : bytes - half);
+  fill_pattern(to + (high_first ? 0 : half), value, width, high_first ? half : bytes - half);
 }
 
 struct Endpoint {
@@ -98,8 +110,8 @@ const char* direction(bool from_device, bool to_device) {
   return to_device ? "host->device" : "host->host";
 }
 
-bool kind_matches(cudaMemcpyKind kind, bool from_device, bool to_device, cudaError_t* status) {
-  *status = cudaSuccess;
+bool kind_matches(cudaMemcpyKind kind, bool from_device, bool to_device, Status* status) {
+  *status = kSuccess;
   switch (kind) {
     case cudaMemcpyHostToHost:
       return !from_device && !to_device;
@@ -112,7 +124,7 @@ bool kind_matches(cudaMemcpyKind kind, bool from_device, bool to_device, cudaErr
     case cudaMemcpyDefault:
       return true;
   }
-  *status = cudaErrorInvalidMemcpyDirection;
+  *status = kErrorInvalidMemcpyDirection;
   return false;
 }
 
@@ -131,31 +143,31 @@ Work copy_work(bool from_device, bool to_device, size_t bytes) {
 
 enum class Api { kSynchronous, kAsync };
 
-cudaError_t copy(const char* function, void* dst, const void* src, size_t bytes,
+Status copy(const char* function, void* dst, const void* src, size_t bytes,
                  cudaMemcpyKind kind, const StreamRef& stream, Api api) {
   Runtime& runtime = Runtime::get();
   if (bytes == 0) {
-    return cudaSuccess;
+    return kSuccess;
   }
   if (dst == nullptr || src == nullptr) {
-    return cudaErrorInvalidValue;
+    return kErrorInvalidValue;
   }
   Place to = runtime.locate(dst, bytes);
   Place from = runtime.locate(src, bytes);
   if (!to.live || !from.live) {
-    return cudaErrorInvalidValue;  // a device range that is not allocated
+    return kErrorInvalidValue;  // a device range that is not allocated
   }
   bool to_device = to.kind == Place::kDevice;
   bool from_device = from.kind == Place::kDevice;
-  cudaError_t status = cudaSuccess;
+  Status status = kSuccess;
   if (!kind_matches(kind, from_device, to_device, &status)) {
-    return status != cudaSuccess ? status : cudaErrorInvalidValue;
+    return status != kSuccess ? status : kErrorInvalidValue;
   }
   bool pageable_source = from.kind == Place::kPageable;
   bool pageable_target = to.kind == Place::kPageable;
   bool capturing = Captures::get().capturing(stream);
   if (capturing && (pageable_source || pageable_target)) {
-    return cudaErrorStreamCaptureUnsupported;
+    return kErrorStreamCaptureUnsupported;
   }
   bool host_waits;
   if (api == Api::kAsync) {
@@ -165,7 +177,7 @@ cudaError_t copy(const char* function, void* dst, const void* src, size_t bytes,
     if (pageable_source && to_device) {
       // "A stream sync is performed before the copy is initiated."
       status = runtime.synchronize_stream(stream);
-      if (status != cudaSuccess) {
+      if (status != kSuccess) {
         return status;
       }
     }
@@ -186,10 +198,10 @@ cudaError_t copy(const char* function, void* dst, const void* src, size_t bytes,
     uint8_t* out = target.write(bytes);
     const uint8_t* in = source.read(bytes);
     if (out == nullptr || in == nullptr) {
-      return cudaErrorIllegalAddress;
+      return kErrorIllegalAddress;
     }
     move_bytes(out, in, bytes, context.rng);
-    return cudaSuccess;
+    return kSuccess;
   };
   op.work = copy_work(from_device, to_device, bytes);
   auto done = std::make_shared<Timestamp>();
@@ -197,39 +209,39 @@ cudaError_t copy(const char* function, void* dst, const void* src, size_t bytes,
   int device = op.device;
   Timing::get().charge(HostCall::kMemcpy);
   status = runtime.submit(stream, std::move(op));
-  if (status != cudaSuccess || !host_waits || capturing) {
+  if (status != kSuccess || !host_waits || capturing) {
     return status;
   }
   return runtime.wait_for(done, device);
 }
 
-cudaError_t set(const char* function, void* dst, int value, size_t bytes,
+Status set(const char* function, void* dst, uint32_t value, size_t width, size_t bytes,
                 const StreamRef& stream, Api api) {
   Runtime& runtime = Runtime::get();
   if (bytes == 0) {
-    return cudaSuccess;
+    return kSuccess;
   }
   if (dst == nullptr) {
-    return cudaErrorInvalidValue;
+    return kErrorInvalidValue;
   }
   Place to = runtime.locate(dst, bytes);
   if (to.kind == Place::kPageable || !to.live) {
-    return cudaErrorInvalidValue;
+    return kErrorInvalidValue;
   }
   bool device_memory = to.kind == Place::kDevice;
   Op op;
   op.kind = OpKind::kMemset;
   op.device = device_memory ? to.device : stream->device;
   op.what = std::string(function) + " " + format_bytes(bytes) + " to " +
-      std::to_string(value & 0xff);
-  op.body = [dst, value, bytes, device_memory](ExecContext& context) {
+      std::to_string(width == 1 ? (value & 0xff) : value);
+  op.body = [dst, value, width, bytes, device_memory](ExecContext& context) {
     uint8_t* out = device_memory ? Runtime::get().device_bytes(dst, bytes)
                                  : static_cast<uint8_t*>(dst);
     if (out == nullptr) {
-      return cudaErrorIllegalAddress;
+      return kErrorIllegalAddress;
     }
-    set_bytes(out, value, bytes, context.rng);
-    return cudaSuccess;
+    set_bytes(out, value, width, bytes, context.rng);
+    return kSuccess;
   };
   if (device_memory) {
     op.work = Timing::device_memory_work(static_cast<double>(bytes), 0);
@@ -238,8 +250,8 @@ cudaError_t set(const char* function, void* dst, int value, size_t bytes,
   op.stamp = done;
   int device = op.device;
   Timing::get().charge(HostCall::kMemcpy);
-  cudaError_t status = runtime.submit(stream, std::move(op));
-  if (status != cudaSuccess || api == Api::kAsync || device_memory) {
+  Status status = runtime.submit(stream, std::move(op));
+  if (status != kSuccess || api == Api::kAsync || device_memory) {
     return status;
   }
   return runtime.wait_for(done, device);
@@ -261,14 +273,14 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (devPtr == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
-    cudaError_t status = Captures::get().check_unsafe(function);
-    if (status != cudaSuccess) {
+    Status status = Captures::get().check_unsafe(function);
+    if (status != kSuccess) {
       return status;
     }
     status = runtime.current_with_context().arena.allocate(size, devPtr);
-    if (status == cudaSuccess) {
+    if (status == kSuccess) {
       // The calibration prices cudaMalloc and cudaFree together: half each.
       Timing::get().charge_us(calibration().device_alloc_free_us.us_at(size) / 2);
     }
@@ -281,10 +293,10 @@ cudaError_t cudaFree(void* devPtr) {
   return api_call(function, [&](Runtime& runtime) {
     runtime.current_with_context();
     if (devPtr == nullptr) {
-      return cudaSuccess;  // the idiom that creates the context
+      return kSuccess;  // the idiom that creates the context
     }
-    cudaError_t status = Captures::get().check_unsafe(function);
-    if (status != cudaSuccess) {
+    Status status = Captures::get().check_unsafe(function);
+    if (status != kSuccess) {
       return status;
     }
     for (int index = 0; index < runtime.device_count(); ++index) {
@@ -296,13 +308,13 @@ cudaError_t cudaFree(void* devPtr) {
       }
       // cudaFree waits for the device: no queued work may still use the memory.
       status = runtime.synchronize_device(index);
-      if (status != cudaSuccess) {
+      if (status != kSuccess) {
         return status;
       }
       Timing::get().charge_us(calibration().device_alloc_free_us.us_at(size) / 2);
-      return device.arena.free(devPtr) ? cudaSuccess : cudaErrorInvalidValue;
+      return device.arena.free(devPtr) ? kSuccess : kErrorInvalidValue;
     }
-    return cudaErrorInvalidValue;
+    return kErrorInvalidValue;
   });
 }
 
@@ -312,14 +324,14 @@ cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
     constexpr unsigned kKnown = cudaHostAllocPortable | cudaHostAllocMapped |
         cudaHostAllocWriteCombined;
     if (pHost == nullptr || (flags & ~kKnown) != 0) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
-    cudaError_t status = Captures::get().check_unsafe(function);
-    if (status != cudaSuccess) {
+    Status status = Captures::get().check_unsafe(function);
+    if (status != kSuccess) {
       return status;
     }
     status = runtime.pinned().allocate(size, runtime.current_with_context().index, pHost);
-    if (status == cudaSuccess) {
+    if (status == kSuccess) {
       // Page-locking is slow (about 0.6 ms per MiB on the H100); the
       // calibration prices cudaHostAlloc and cudaFreeHost together: half each.
       Timing::get().charge_us(calibration().pinned_alloc_free_us.us_at(size) / 2);
@@ -336,24 +348,24 @@ cudaError_t cudaFreeHost(void* ptr) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (ptr == nullptr) {
-      return cudaSuccess;
+      return kSuccess;
     }
-    cudaError_t status = Captures::get().check_unsafe(function);
-    if (status != cudaSuccess) {
+    Status status = Captures::get().check_unsafe(function);
+    if (status != kSuccess) {
       return status;
     }
     void* base = nullptr;
     size_t size = 0;
     int device = 0;
     if (!runtime.pinned().find(ptr, &base, &size, &device) || base != ptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     status = runtime.synchronize_all();
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     Timing::get().charge_us(calibration().pinned_alloc_free_us.us_at(size) / 2);
-    return runtime.pinned().free(ptr) ? cudaSuccess : cudaErrorInvalidValue;
+    return runtime.pinned().free(ptr) ? kSuccess : kErrorInvalidValue;
   });
 }
 
@@ -361,7 +373,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (attributes == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     *attributes = cudaPointerAttributes{};
     Place place = runtime.locate(ptr, 1);
@@ -378,7 +390,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
       attributes->type = cudaMemoryTypeUnregistered;
       attributes->device = cudaInvalidDeviceId;
     }
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -386,20 +398,20 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (free == nullptr || total == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     Device& device = runtime.current_with_context();
     *total = device.arena.capacity();
     *free = device.arena.capacity() - device.arena.used();
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
-    cudaError_t status = Captures::get().check_unsafe(function);
-    if (status != cudaSuccess) {
+    Status status = Captures::get().check_unsafe(function);
+    if (status != kSuccess) {
       return status;
     }
     return copy(function, dst, src, count, kind, legacy_stream(runtime), Api::kSynchronous);
@@ -411,9 +423,9 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     runtime.current_with_context();
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef target = runtime.resolve(stream, &status);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     return copy(function, dst, src, count, kind, target, Api::kAsync);
@@ -425,19 +437,19 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int s
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (!runtime.valid_device(dstDevice) || !runtime.valid_device(srcDevice)) {
-      return cudaErrorInvalidDevice;
+      return kErrorInvalidDevice;
     }
     runtime.current_with_context();
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef target = runtime.resolve(stream, &status);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     Place to = runtime.locate(dst, count);
     Place from = runtime.locate(src, count);
     if (count != 0 && (to.kind != Place::kDevice || to.device != dstDevice ||
                        from.kind != Place::kDevice || from.device != srcDevice)) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     return copy(function, dst, src, count, cudaMemcpyDeviceToDevice, target, Api::kAsync);
   });
@@ -446,11 +458,12 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int s
 cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
-    cudaError_t status = Captures::get().check_unsafe(function);
-    if (status != cudaSuccess) {
+    Status status = Captures::get().check_unsafe(function);
+    if (status != kSuccess) {
       return status;
     }
-    return set(function, devPtr, value, count, legacy_stream(runtime), Api::kSynchronous);
+    return set(function, devPtr, static_cast<uint32_t>(value), 1, count, legacy_stream(runtime),
+               Api::kSynchronous);
   });
 }
 
@@ -458,13 +471,32 @@ cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t 
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     runtime.current_with_context();
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef target = runtime.resolve(stream, &status);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
-    return set(function, devPtr, value, count, target, Api::kAsync);
+    return set(function, devPtr, static_cast<uint32_t>(value), 1, count, target, Api::kAsync);
   });
 }
 
 } // extern "C"
+
+namespace lms_sim {
+
+// The driver front end's cuMemsetD8/D32 (driver/bridge.h), with cudaMemset's rules.
+cudaError_t memset_elements(const char* function, void* dst, uint32_t value, size_t width,
+                            size_t count, cudaStream_t stream, bool async) {
+  return api_call(function, [&](Runtime& runtime) {
+    runtime.current_with_context();
+    Status status = kSuccess;
+    StreamRef target = runtime.resolve(stream, &status);
+    if (status != kSuccess) {
+      return status;
+    }
+    return set(function, dst, value, width, count * width, target,
+               async ? Api::kAsync : Api::kSynchronous);
+  });
+}
+
+} // namespace lms_sim

@@ -13,11 +13,11 @@ namespace {
 constexpr int kLeastPriority = 0;
 constexpr int kGreatestPriority = -5;
 
-cudaError_t resolve_both(Runtime& runtime, cudaEvent_t event, cudaStream_t stream,
+Status resolve_both(Runtime& runtime, cudaEvent_t event, cudaStream_t stream,
                          std::shared_ptr<EventState>* e, StreamRef* s) {
-  cudaError_t status = cudaSuccess;
+  Status status = kSuccess;
   *e = runtime.resolve(event, &status);
-  if (status != cudaSuccess) {
+  if (status != kSuccess) {
     return status;
   }
   *s = runtime.resolve(stream, &status);
@@ -25,32 +25,32 @@ cudaError_t resolve_both(Runtime& runtime, cudaEvent_t event, cudaStream_t strea
 }
 
 // The event's last record: no stream if it was never recorded (complete, as
-// CUDA defines it); cudaErrorCapturedEvent if it was recorded in a capture.
+// CUDA defines it); kErrorCapturedEvent if it was recorded in a capture.
 struct Record {
   StreamRef stream;
   uint64_t position = 0;
   std::shared_ptr<Timestamp> stamp;
 };
 
-cudaError_t last_record(EventState& event, Record* record) {
+Status last_record(EventState& event, Record* record) {
   std::lock_guard<std::mutex> guard(event.mutex);
   if (event.capture) {
-    return cudaErrorCapturedEvent;
+    return kErrorCapturedEvent;
   }
   *record = Record{event.stream, event.position, event.stamp};
-  return cudaSuccess;
+  return kSuccess;
 }
 
-cudaError_t create_stream(Runtime& runtime, cudaStream_t* stream, unsigned flags,
+Status create_stream(Runtime& runtime, cudaStream_t* stream, unsigned flags,
                           int priority) {
   if (stream == nullptr || (flags & ~unsigned(cudaStreamNonBlocking)) != 0) {
-    return cudaErrorInvalidValue;
+    return kErrorInvalidValue;
   }
   Device& device = runtime.current_with_context();
   // Out-of-range priorities are clamped, as the runtime documents.
   priority = std::min(kLeastPriority, std::max(kGreatestPriority, priority));
   *stream = runtime.create_stream(device.index, flags, priority);
-  return cudaSuccess;
+  return kSuccess;
 }
 
 } // namespace
@@ -70,7 +70,7 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int* leastPriority, int* greatestPr
     if (greatestPriority != nullptr) {
       *greatestPriority = kGreatestPriority;
     }
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -100,7 +100,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
-      return cudaErrorInvalidResourceHandle;
+      return kErrorInvalidResourceHandle;
     }
     return runtime.destroy_stream(stream);
   });
@@ -109,12 +109,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int* priority) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef stream = runtime.resolve(hStream, &status);
-    if (status == cudaSuccess && priority == nullptr) {
-      status = cudaErrorInvalidValue;
+    if (status == kSuccess && priority == nullptr) {
+      status = kErrorInvalidValue;
     }
-    if (status == cudaSuccess) {
+    if (status == kSuccess) {
       *priority = stream->priority;
     }
     return status;
@@ -124,12 +124,12 @@ cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int* priority) {
 cudaError_t cudaStreamGetFlags(cudaStream_t hStream, unsigned int* flags) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef stream = runtime.resolve(hStream, &status);
-    if (status == cudaSuccess && flags == nullptr) {
-      status = cudaErrorInvalidValue;
+    if (status == kSuccess && flags == nullptr) {
+      status = kErrorInvalidValue;
     }
-    if (status == cudaSuccess) {
+    if (status == kSuccess) {
       *flags = stream->flags;
     }
     return status;
@@ -139,12 +139,12 @@ cudaError_t cudaStreamGetFlags(cudaStream_t hStream, unsigned int* flags) {
 cudaError_t cudaStreamGetDevice(cudaStream_t hStream, int* device) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef stream = runtime.resolve(hStream, &status);
-    if (status == cudaSuccess && device == nullptr) {
-      status = cudaErrorInvalidValue;
+    if (status == kSuccess && device == nullptr) {
+      status = kErrorInvalidValue;
     }
-    if (status == cudaSuccess) {
+    if (status == kSuccess) {
       *device = stream->device;
     }
     return status;
@@ -154,9 +154,9 @@ cudaError_t cudaStreamGetDevice(cudaStream_t hStream, int* device) {
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef target = runtime.resolve(stream, &status);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     {
@@ -164,11 +164,11 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
       std::lock_guard<std::mutex> guard(captures.mutex());
       if (target->capture) {
         captures.invalidate_locked(*target->capture, "cudaStreamQuery of a capturing stream");
-        return cudaErrorStreamCaptureUnsupported;
+        return kErrorStreamCaptureUnsupported;
       }
     }
     status = Captures::get().check_unsafe(function);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     Timing::get().charge(HostCall::kStreamQuery);
@@ -180,9 +180,9 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef target = runtime.resolve(stream, &status);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     {
@@ -191,17 +191,17 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
       if (target->capture) {
         captures.invalidate_locked(*target->capture,
                                    "cudaStreamSynchronize of a capturing stream");
-        return cudaErrorStreamCaptureUnsupported;
+        return kErrorStreamCaptureUnsupported;
       }
       if (target->kind == StreamKind::kLegacy) {
         status = captures.check_legacy_locked(target->device);
-        if (status != cudaSuccess) {
+        if (status != kSuccess) {
           return status;
         }
       }
     }
     status = Captures::get().check_unsafe(function);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     return runtime.synchronize_stream(target);
@@ -211,8 +211,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 cudaError_t cudaDeviceSynchronize(void) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
-    cudaError_t status = Captures::get().check_unsafe(function);
-    if (status != cudaSuccess) {
+    Status status = Captures::get().check_unsafe(function);
+    if (status != kSuccess) {
       return status;
     }
     return runtime.synchronize_device(runtime.current_with_context().index);
@@ -223,11 +223,11 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userD
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (fn == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef target = runtime.resolve(stream, &status);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     Op op;
@@ -236,7 +236,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userD
     op.what = "cudaLaunchHostFunc";
     op.body = [fn, userData](ExecContext&) {
       fn(userData);
-      return cudaSuccess;
+      return kSuccess;
     };
     // Its virtual time is none: a host function's time is the host's.
     Timing::get().charge(HostCall::kLaunch);
@@ -250,10 +250,10 @@ cudaError_t cudaEventCreate(cudaEvent_t* event) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (event == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     *event = runtime.create_event(runtime.current_with_context().index, cudaEventDefault);
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -264,10 +264,10 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
         cudaEventInterprocess;
     if (event == nullptr || (flags & ~kKnown) != 0 ||
         ((flags & cudaEventInterprocess) && !(flags & cudaEventDisableTiming))) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     *event = runtime.create_event(runtime.current_with_context().index, flags);
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -281,24 +281,24 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   return api_call(function, [&](Runtime& runtime) {
     std::shared_ptr<EventState> e;
     StreamRef s;
-    cudaError_t status = resolve_both(runtime, event, stream, &e, &s);
-    if (status != cudaSuccess) {
+    Status status = resolve_both(runtime, event, stream, &e, &s);
+    if (status != kSuccess) {
       return status;
     }
     // "cudaEventRecord() will fail if the input event and input stream are
     // associated to different devices" (programming guide).
     if (e->device != s->device) {
-      return cudaErrorInvalidResourceHandle;
+      return kErrorInvalidResourceHandle;
     }
     Captures& captures = Captures::get();
     std::lock_guard<std::mutex> guard(captures.mutex());
     if (s->capture) {
       captures.record_event_locked(s, *e);
-      return cudaSuccess;
+      return kSuccess;
     }
     if (s->kind == StreamKind::kLegacy) {
       status = captures.check_legacy_locked(s->device);
-      if (status != cudaSuccess) {
+      if (status != kSuccess) {
         return status;
       }
     }
@@ -314,7 +314,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     e->stamp = stamp;
     e->capture.reset();
     e->capture_nodes.clear();
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -328,23 +328,23 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, uns
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     std::shared_ptr<EventState> e = runtime.resolve(event, &status);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     Record record;
     status = last_record(*e, &record);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     status = Captures::get().check_unsafe(function);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     Timing::get().charge(HostCall::kEventQuery);
     if (!record.stream) {
-      return cudaSuccess;
+      return kSuccess;
     }
     return runtime.observe(record.stamp->virtual_end,
                            [&] { return record.stream->reached(record.position); }, e->device);
@@ -354,22 +354,22 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     std::shared_ptr<EventState> e = runtime.resolve(event, &status);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     Record record;
     status = last_record(*e, &record);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     status = Captures::get().check_unsafe(function);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     if (!record.stream) {
-      return cudaSuccess;
+      return kSuccess;
     }
     return runtime.wait(record.stream, Position{record.position, record.stamp->virtual_end});
   });
@@ -379,28 +379,28 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (ms == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     std::shared_ptr<EventState> first = runtime.resolve(start, &status);
     std::shared_ptr<EventState> last =
-        status == cudaSuccess ? runtime.resolve(end, &status) : nullptr;
-    if (status != cudaSuccess) {
+        status == kSuccess ? runtime.resolve(end, &status) : nullptr;
+    if (status != kSuccess) {
       return status;
     }
     std::shared_ptr<Timestamp> from, to;
     for (auto [event, stamp] : {std::pair{first, &from}, std::pair{last, &to}}) {
       std::lock_guard<std::mutex> guard(event->mutex);
       if (event->capture) {
-        return cudaErrorCapturedEvent;
+        return kErrorCapturedEvent;
       }
       if ((event->flags & cudaEventDisableTiming) || !event->stamp) {
-        return cudaErrorInvalidResourceHandle;  // no timing, or never recorded
+        return kErrorInvalidResourceHandle;  // no timing, or never recorded
       }
       *stamp = event->stamp;
     }
     if (first->device != last->device) {
-      return cudaErrorInvalidResourceHandle;
+      return kErrorInvalidResourceHandle;
     }
     // Virtual time: what the work between the records takes on the
     // calibrated GPU (timing.h).
@@ -408,11 +408,11 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
       return from->reached.load(std::memory_order_acquire) &&
           to->reached.load(std::memory_order_acquire);
     }, first->device);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     *ms = static_cast<float>((to->virtual_end - from->virtual_end) / 1e6);
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -423,12 +423,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
       if (flags == cudaEventWaitExternal) {
         not_simulated(function, "cudaEventWaitExternal");
       }
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     std::shared_ptr<EventState> e;
     StreamRef s;
-    cudaError_t status = resolve_both(runtime, event, stream, &e, &s);
-    if (status != cudaSuccess) {
+    Status status = resolve_both(runtime, event, stream, &e, &s);
+    if (status != kSuccess) {
       return status;
     }
     Captures& captures = Captures::get();
@@ -440,13 +440,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     }
     if (captured || s->capture) {
       status = captures.wait_event_locked(s, *e);
-      if (status != cudaSuccess || captured || s->capture) {
+      if (status != kSuccess || captured || s->capture) {
         return status;
       }
     }
     if (s->kind == StreamKind::kLegacy) {
       status = captures.check_legacy_locked(s->device);
-      if (status != cudaSuccess) {
+      if (status != kSuccess) {
         return status;
       }
     }
@@ -464,7 +464,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     }
     Timing::get().charge(HostCall::kStreamWaitEvent);
     runtime.append(s, std::move(marker));
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -473,12 +473,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef target = runtime.resolve(stream, &status);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
-    return Captures::get().begin(target, mode);
+    return Captures::get().begin(target, static_cast<CaptureMode>(mode));
   });
 }
 
@@ -486,17 +486,17 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (pGraph == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     *pGraph = nullptr;
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef target = runtime.resolve(stream, &status);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     std::vector<CaptureNode> nodes;
     status = Captures::get().end(target, &nodes);
-    if (status == cudaSuccess) {
+    if (status == kSuccess) {
       *pGraph = new CUgraph_st{std::move(nodes)};
     }
     return status;
@@ -507,14 +507,19 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (pCaptureStatus == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef target = runtime.resolve(stream, &status);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
-    return Captures::get().status(target, pCaptureStatus, nullptr);
+    CaptureStatus captured = kCaptureStatusNone;
+    status = Captures::get().status(target, &captured, nullptr);
+    if (status == kSuccess) {
+      *pCaptureStatus = static_cast<cudaStreamCaptureStatus>(captured);
+    }
+    return status;
   });
 }
 
@@ -531,14 +536,19 @@ cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream,
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (captureStatus_out == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef target = runtime.resolve(stream, &status);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
-    return Captures::get().status(target, captureStatus_out, id_out);
+    CaptureStatus captured = kCaptureStatusNone;
+    status = Captures::get().status(target, &captured, id_out);
+    if (status == kSuccess) {
+      *captureStatus_out = static_cast<cudaStreamCaptureStatus>(captured);
+    }
+    return status;
   });
 }
 
@@ -548,10 +558,11 @@ cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
     if (mode == nullptr || (*mode != cudaStreamCaptureModeGlobal &&
                             *mode != cudaStreamCaptureModeThreadLocal &&
                             *mode != cudaStreamCaptureModeRelaxed)) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
-    *mode = Captures::get().exchange_mode(*mode);
-    return cudaSuccess;
+    *mode = static_cast<cudaStreamCaptureMode>(
+        Captures::get().exchange_mode(static_cast<CaptureMode>(*mode)));
+    return kSuccess;
   });
 }
 
@@ -560,7 +571,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* pGraphExec, cudaGraph_t graph,
   const char* function = __func__;
   return api_call(function, [&](Runtime&) {
     if (pGraphExec == nullptr || graph == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     if (flags != 0) {
       not_simulated("cudaGraphInstantiate", "instantiation flags");
@@ -570,7 +581,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* pGraphExec, cudaGraph_t graph,
       exec->ops.push_back(node.op);  // recorded in an order that respects every edge
     }
     *pGraphExec = exec;
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -578,22 +589,22 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
   const char* function = __func__;
   return api_call(function, [&](Runtime& runtime) {
     if (graphExec == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef target = runtime.resolve(stream, &status);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     // Replayed in order on the launch stream: the same addresses as captured.
     Timing::get().charge(HostCall::kLaunch);
     for (const Op& op : graphExec->ops) {
       status = runtime.submit(target, op);
-      if (status != cudaSuccess) {
+      if (status != kSuccess) {
         return status;
       }
     }
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -601,10 +612,10 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
   const char* function = __func__;
   return api_call(function, [&](Runtime&) {
     if (graph == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     delete graph;
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 
@@ -612,10 +623,10 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec) {
   const char* function = __func__;
   return api_call(function, [&](Runtime&) {
     if (graphExec == nullptr) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     delete graphExec;
-    return cudaSuccess;
+    return kSuccess;
   });
 }
 

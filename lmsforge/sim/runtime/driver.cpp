@@ -92,22 +92,22 @@ CUresult CUDAAPI sim_cuLaunchKernel(CUfunction f, unsigned gridX, unsigned gridY
   (void)sharedMemBytes;
   return as_driver(api_call("cuLaunchKernel", [&](Runtime& runtime) {
     if (f == nullptr) {
-      return cudaErrorInvalidResourceHandle;
+      return kErrorInvalidResourceHandle;
     }
     if (gridX * gridY * gridZ == 0 || blockX * blockY * blockZ == 0 ||
         blockX * blockY * blockZ > 1024 ||
         (kernelParams == nullptr && !f->kernel->param_bytes.empty())) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
-    cudaError_t status = cudaSuccess;
+    Status status = kSuccess;
     StreamRef stream = runtime.resolve(reinterpret_cast<cudaStream_t>(hStream), &status);
-    if (status != cudaSuccess) {
+    if (status != kSuccess) {
       return status;
     }
     // "A kernel launch will fail if it is issued to a stream that is not
     // associated to the current device" (programming guide).
     if (stream->device != runtime.current_with_context().index) {
-      return cudaErrorInvalidResourceHandle;
+      return kErrorInvalidResourceHandle;
     }
     // Arguments are copied at launch, as the driver does.
     std::vector<uint64_t> args(f->kernel->param_bytes.size(), 0);
@@ -159,7 +159,7 @@ CUresult CUDAAPI sim_cuGetErrorString(CUresult error, const char** text) {
   if (text == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  const char* found = error_string(static_cast<cudaError_t>(error));
+  const char* found = error_string(static_cast<Status>(error));
   *text = std::strcmp(found, "unrecognized error code") == 0 ? nullptr : found;
   return *text ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
@@ -169,7 +169,7 @@ CUresult CUDAAPI sim_cuGetErrorName(CUresult error, const char** text) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   // The driver spells names CUDA_ERROR_*; the simulator knows the runtime's.
-  const char* found = error_name(static_cast<cudaError_t>(error));
+  const char* found = error_name(static_cast<Status>(error));
   *text = std::strcmp(found, "unrecognized error code") == 0 ? nullptr : found;
   return *text ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
@@ -191,12 +191,12 @@ const EntryPoint kEntryPoints[] = {
     {"cuGetErrorName", reinterpret_cast<void*>(&sim_cuGetErrorName)},
 };
 
-cudaError_t entry_point(const char* symbol, void** funcPtr, unsigned long long flags,
+Status entry_point(const char* symbol, void** funcPtr, unsigned long long flags,
                         cudaDriverEntryPointQueryResult* driverStatus) {
   if (symbol == nullptr || funcPtr == nullptr ||
       (flags != cudaEnableDefault && flags != cudaEnableLegacyStream &&
        flags != cudaEnablePerThreadDefaultStream)) {
-    return cudaErrorInvalidValue;
+    return kErrorInvalidValue;
   }
   for (const EntryPoint& entry : kEntryPoints) {
     if (std::strcmp(entry.name, symbol) == 0) {
@@ -204,7 +204,7 @@ cudaError_t entry_point(const char* symbol, void** funcPtr, unsigned long long f
       if (driverStatus != nullptr) {
         *driverStatus = cudaDriverEntryPointSuccess;
       }
-      return cudaSuccess;
+      return kSuccess;
     }
   }
   // As the runtime does for a symbol it cannot provide: success, no pointer.
@@ -214,7 +214,7 @@ cudaError_t entry_point(const char* symbol, void** funcPtr, unsigned long long f
   if (driverStatus != nullptr) {
     *driverStatus = cudaDriverEntryPointSymbolNotFound;
   }
-  return cudaSuccess;
+  return kSuccess;
 }
 
 } // namespace
@@ -241,7 +241,7 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,
   return api_call(function, [&](Runtime&) {
     // A version above the (simulated) driver's is invalid, as documented.
     if (cudaVersion > 13000) {
-      return cudaErrorInvalidValue;
+      return kErrorInvalidValue;
     }
     return entry_point(symbol, funcPtr, flags, driverStatus);
   });
