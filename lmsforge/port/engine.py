@@ -393,9 +393,26 @@ def continue_(tree: Path, state: PortState) -> None:
             f"commit for it; redo it with `git -C {quoted} cherry-pick {patch.commit_on_a}`, "
             f"resolve, then `{command(state, tree, 'continue')}`; or leave it out with "
             f"`{command(state, tree, 'skip')}`")
+    _refuse_an_empty_hand_commit(tree, state, patch)
     port_state.went_on(state, patch)
     state.current = state.stop_head = None
     landed(tree, state, patch, "resolved")
+
+
+def _refuse_an_empty_hand_commit(tree: Path, state: PortState, patch: PatchState) -> None:
+    """A resolution committed by hand that changes nothing (`git commit --allow-empty`) would
+    leave the finish no patch to write for it: say so now, as for an empty resolution."""
+    landed_as = next(sha for sha, patch_id in branch_commits(tree, state) if patch_id == patch.id)
+    if git.run(["diff", "--quiet", f"{landed_as}^", landed_as], tree,
+               check=False).returncode != 0:
+        return
+    quoted = shlex.quote(str(tree))
+    raise UsageError(
+        f"the commit of {patch.file} on branch "
+        f"{worktree.branch_name(state.framework, state.to_tag)} is empty: it changes nothing on "
+        f"{state.to_tag}; if {state.to_tag} does not need it, remove that commit (`git -C "
+        f"{quoted} reset --soft HEAD~1`) and leave it out with `{command(state, tree, 'skip')}`,"
+        f" otherwise redo the resolution and amend the commit")
 
 
 def _commit_resolution(tree: Path, state: PortState, patch: PatchState) -> None:

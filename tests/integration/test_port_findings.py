@@ -563,6 +563,27 @@ def test_f11_an_empty_resolution_points_to_skip(git_series, tmp_path):
     assert run_pasted(skip).exit_code == 0
 
 
+def test_f11_an_empty_resolution_committed_by_hand_points_to_skip(git_series, tmp_path):
+    """Committed by hand (`git commit --allow-empty`), an empty resolution was accepted and the
+    finish then failed on it ("empty mbox", exit 2): it is refused at --continue like one left
+    staged, and the printed way out works."""
+    into = tmp_path / "port"
+    stopped(git_series, into)
+    git(into, "checkout", "--ours", "src/storage.h")
+    git(into, "add", "src/storage.h")
+    git(into, "commit", "--quiet", "--allow-empty", "-C", "CHERRY_PICK_HEAD")
+    refused = port(git_series, into, "--continue")
+    assert refused.exit_code == 2, refused.output
+    line = one_line_error(refused)
+    assert "the commit of 0030-storage-hook.patch" in line and "is empty" in line, line
+    assert port(git_series, into, "--continue").exit_code == 2  # refused until it is dealt with
+    [reset] = re.findall(r"`(git -C [^`]+ reset --soft HEAD~1)`", line)
+    subprocess.run(reset, shell=True, check=True)  # as the user pasting it
+    skip = next(c for c in printed_commands(line) if "--skip" in c)
+    assert run_pasted(skip).exit_code == 0
+    assert "| storage-hook | — (not in this series) | skipped |" in report(git_series, "v2.0.0")
+
+
 def test_f11_an_existing_series_says_what_to_do(git_series, tmp_path):
     result = start(git_series, "v1.0.0", tmp_path / "port")
     assert result.exit_code == 2
