@@ -38,7 +38,7 @@ from port_helpers import (BLOB_RESOLVED, killing_env, make_long_toy,
                           record_storage_resolution, timeless, wait_for_group)
 
 SERIES_SIZE = 50
-KILLS = 6  # per seed in CI; LMSFORGE_KILLS=<K> for more
+KILLS = 8  # per seed in CI; LMSFORGE_KILLS=<K> for more
 ABORT_SHARE = 0.15  # of the kills after which the port is aborted and started again
 KILL_INSIDE_GIT_SHARE = 0.4  # of the kills that land inside a chosen git subcommand
 # Git subcommands a kill can land in (matched against " <args> " by the killing git), with
