@@ -152,7 +152,10 @@ def _drive(root: Path, patches: Path, into: Path, action: str,
         code, err = _run(root, _command(patches, into, action), delay, whole_group, inside)
         if code == 0:
             return
-        if code == 3 or (code == 2 and "its stop line was lost" in err):
+        # A stop: shown (exit 3), or met by --continue after a kill (exit 2 with the stop's
+        # line, or naming the conflict only the user can decide): resolve and go on.
+        if code == 3 or (code == 2 and ("its stop line was lost" in err or
+                                        "only you can decide" in err)):
             _resolve_as_the_user(into)
             action = "continue"
             continue
