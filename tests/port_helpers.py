@@ -54,6 +54,7 @@ def make_long_upstream(root: Path) -> Path:
     (repo / "src").mkdir()
     (repo / "src" / "alloc.c").write_text(ALLOCATOR_V1)
     (repo / "src" / "storage.h").write_text(STORAGE_V1)
+    _rich_files_v1(repo)
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "toy 1.0.0")
     git(repo, "tag", "v1.0.0")
@@ -66,17 +67,65 @@ def make_long_upstream(root: Path) -> Path:
     (repo / "src" / "lms" / "part005.c").write_text(part_text(5))
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "adopt an LMS helper")
+    _rich_upstream_changes(repo)
     git(repo, "tag", "v2.0.0")
     return repo
 
 
-def long_series_patches(count: int) -> list[tuple[str, str, str, dict[str, str]]]:
+# The long toy's hazards besides the allocator rename and the storage conflict: a binary file
+# both sides change, a file upstream deletes and a patch changes, a file only a patch's mode
+# change touches, a CRLF file, and a file upstream renames *and* modifies.
+ENGINE_V1 = "".join(f"int engine_{i}(void) {{ return {i}; }}\n" for i in range(12))
+CRLF_V1 = b"".join(b"key%d=%d\r\n" % (i, i) for i in range(12))
+BLOB_RESOLVED = b"\x89BLOB\x00resolved by hand\x00\n"
+
+
+def _rich_files_v1(repo: Path) -> None:
+    for folder in ("assets", "tools", "win"):
+        (repo / folder).mkdir(exist_ok=True)
+    (repo / ".gitattributes").write_text("*.ini -text\n")  # keep CRs as they are
+    (repo / "assets" / "blob.bin").write_bytes(BLOB_V1)
+    (repo / "src" / "legacy.c").write_text(LEGACY_V1)
+    (repo / "tools" / "gen.py").write_text("print('gen')\n")
+    (repo / "win" / "config.ini").write_bytes(CRLF_V1)
+    (repo / "src" / "engine.c").write_text(ENGINE_V1)
+
+
+def _rich_upstream_changes(repo: Path) -> None:
+    (repo / "assets" / "blob.bin").write_bytes(BLOB_UPSTREAM)
+    git(repo, "rm", "-q", "src/legacy.c")
+    (repo / "win" / "config.ini").write_bytes(CRLF_V1.replace(b"key0=0", b"key0=upstream"))
+    (repo / "src" / "core").mkdir()
+    git(repo, "mv", "src/engine.c", "src/core/engine.c")
+    (repo / "src" / "core" / "engine.c").write_text(
+        "/* the engine */\n" + ENGINE_V1.replace("return 1;", "return -1;"))
+    git(repo, "commit", "-q", "-am", "new blob, legacy gone, config key0, engine moved+changed")
+
+
+Content = str | bytes | tuple[int, str | bytes]  # text, bytes, or (mode, text or bytes)
+
+
+def long_series_patches(count: int) -> list[tuple[str, str, str, dict[str, Content]]]:
     """(slug, class, subject, {path: new content}) for COUNT patches, hooks in the middle."""
     patches = []
     step_20 = "int step_20(void) { return 20; }\n"
     alloc_hooked = ALLOCATOR_V1.replace(step_20, step_20 + "int lms_reclaim(void);\n")
     storage_hooked = STORAGE_V1.replace("  unsigned long size;\n",
                                         "  unsigned long size;\n  void *lms;\n")
+    # At fifths of the series (count >= 10): a mode-only patch (picked), a binary conflict and
+    # a delete/modify conflict (stops the scripted user resolves), a CRLF edit and an edit of
+    # the file upstream renamed and modified (both picked cleanly).
+    rich = {
+        count // 5: ("gen-mode", "build-fix", "Make the generator executable",
+                     {"tools/gen.py": (0o100755, "print('gen')\n")}),
+        count * 2 // 5: ("blob-hook", "hook", "LMS blob", {"assets/blob.bin": BLOB_PATCH}),
+        count * 3 // 5: ("legacy-hook", "hook", "Hook the legacy code",
+                         {"src/legacy.c": LEGACY_V1 + "int lms_legacy;\n"}),
+        count * 4 // 5: ("crlf-tweak", "build-fix", "LMS settings",
+                         {"win/config.ini": CRLF_V1.replace(b"key9=9", b"key9=9\r\nlms=on")}),
+        count - 2: ("engine-hook", "hook", "Hook the engine",
+                    {"src/engine.c": ENGINE_V1 + "int lms_engine;\n"}),
+    } if count >= 10 else {}
     for number in range(1, count + 1):
         if number == count // 3:
             patches.append(("allocator-hook", "hook", "Reclaim in the allocator",
@@ -84,13 +133,15 @@ def long_series_patches(count: int) -> list[tuple[str, str, str, dict[str, str]]
         elif number == count // 2:
             patches.append(("storage-hook", "hook", "Track LMS state per storage",
                             {"src/storage.h": storage_hooked}))
+        elif number in rich:
+            patches.append(rich[number])
         else:
             patches.append((f"part-{number:03d}", "new-files", f"Add LMS part {number}",
                             {f"src/lms/part{number:03d}.c": part_text(number)}))
     return patches
 
 
-def commit_many(tree: Path, patches: list[tuple[str, str, str, dict[str, str]]]) -> None:
+def commit_many(tree: Path, patches: list[tuple[str, str, str, dict[str, Content]]]) -> None:
     """Commit PATCHES on the tree's branch in one `git fast-import` (a maintainer's commits)."""
     branch = git(tree, "symbolic-ref", "HEAD")
     stream = []
@@ -103,9 +154,10 @@ def commit_many(tree: Path, patches: list[tuple[str, str, str, dict[str, str]]])
         stream.append(f"data {len(message)}\n".encode() + message)
         if number == 1:
             stream.append(f"from {git(tree, 'rev-parse', 'HEAD')}\n".encode())
-        for path, text in files.items():
-            data = text.encode()
-            stream.append(f"M 100644 inline {path}\ndata {len(data)}\n".encode() + data)
+        for path, content in files.items():
+            mode, data = content if isinstance(content, tuple) else (0o100644, content)
+            data = data.encode() if isinstance(data, str) else data
+            stream.append(f"M {mode:06o} inline {path}\ndata {len(data)}\n".encode() + data)
         stream.append(b"\n")
     subprocess.run(["git", "fast-import", "--quiet"], cwd=tree, input=b"".join(stream),
                    check=True, env={**os.environ, **ENV})
@@ -164,13 +216,9 @@ exit $rc
 """
 
 
-def lmsforge_process(args: list[str], root: Path, *, kill: dict[str, str] | None = None,
-                     timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run `python -m lmsforge ARGS` in its own process group, with $TMPDIR at ROOT/tmp.
-
-    KILL (match, when=before|after, rc, nth, group=1|0) SIGKILLs it at one git call; a process
-    killed alone may leave git children running, so this waits until its group is gone.
-    """
+def killing_env(root: Path, kill: dict[str, str] | None) -> dict[str, str]:
+    """The environment for lmsforge with $TMPDIR at ROOT/tmp and, with KILL (match,
+    when=before|after, rc, nth, group=1|0), the git stand-in that SIGKILLs it at one git call."""
     env = {**os.environ, "TMPDIR": str(root / "tmp")}
     (root / "tmp").mkdir(exist_ok=True)
     if kill is not None:
@@ -188,6 +236,17 @@ def lmsforge_process(args: list[str], root: Path, *, kill: dict[str, str] | None
                    LMSFORGE_TEST_KILL_RC=kill.get("rc", ""),
                    LMSFORGE_TEST_KILL_NTH=kill.get("nth", "1"),
                    LMSFORGE_TEST_KILL_GROUP=kill.get("group", "1"))
+    return env
+
+
+def lmsforge_process(args: list[str], root: Path, *, kill: dict[str, str] | None = None,
+                     timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run `python -m lmsforge ARGS` in its own process group, with $TMPDIR at ROOT/tmp.
+
+    KILL (match, when=before|after, rc, nth, group=1|0) SIGKILLs it at one git call; a process
+    killed alone may leave git children running, so this waits until its group is gone.
+    """
+    env = killing_env(root, kill)
     proc = subprocess.Popen([sys.executable, "-m", "lmsforge", *args], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
