@@ -130,7 +130,21 @@ def main(ctx: click.Context, patches_dir: Path | None, cache_dir: Path | None,
     Exit codes: 0 success, 1 the thing checked failed, 2 bad usage or input,
     3 stopped for you (a port conflict to resolve).
     """
+    _warn_of_relative_folders_from_the_environment(ctx, patches_dir, cache_dir)
     ctx.obj = Options.resolve(patches_dir, cache_dir, jobs)
+
+
+def _warn_of_relative_folders_from_the_environment(ctx: click.Context, *given: Path | None) -> None:
+    """A relative LMSFORGE_CACHE_DIR or LMSFORGE_PATCHES_DIR names another folder in each folder
+    lmsforge runs from: one cache per working folder, and `list` elsewhere shows nothing. It is
+    used as given (where it points now), with one line that says so (hostile-inputs row 9)."""
+    for name, value in zip(("patches_dir", "cache_dir"), given):
+        if value is None or value.expanduser().is_absolute() or \
+                ctx.get_parameter_source(name) != click.core.ParameterSource.ENVIRONMENT:
+            continue
+        variable = "LMSFORGE_PATCHES_DIR" if name == "patches_dir" else "LMSFORGE_CACHE_DIR"
+        ui.err.print(f"warning: {variable}={value} is relative: it is {value.resolve()} here and "
+                     f"another folder wherever lmsforge runs; set an absolute path", markup=False)
 
 
 @main.command("list")

@@ -726,6 +726,24 @@ def tilde_in_environment(env: Env) -> None:
     assert (home / "tilde-cache" / "archives").is_dir()
 
 
+def relative_cache_in_environment(env: Env) -> None:
+    """A relative LMSFORGE_CACHE_DIR is another cache in each working folder (`list` from another
+    folder showed nothing): one warning line naming where it points; none for --cache-dir or an
+    absolute path (finding 9)."""
+    def run(cwd: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "lmsforge", "--patches-dir",
+                               str(env.patches), *args, "list"], capture_output=True, text=True,
+                              timeout=300, cwd=cwd, env={**os.environ, **extra})
+    relative = run(env.root, LMSFORGE_CACHE_DIR="rel-cache")
+    assert relative.returncode == 0, relative.stderr
+    [line] = [ln for ln in relative.stderr.splitlines() if ln.strip()]
+    assert line.startswith("warning: LMSFORGE_CACHE_DIR=rel-cache is relative") and \
+        str(env.root / "rel-cache") in line, line
+    for quiet in (run(env.root, LMSFORGE_CACHE_DIR=str(env.root / "abs-cache")),
+                  run(env.root, "--cache-dir", "rel-cache")):
+        assert quiet.returncode == 0 and quiet.stderr.strip() == "", quiet.stderr
+
+
 def from_an_empty_folder(code: int, says: str,
                          args: Callable[[Env], list[str]]) -> Callable[[Env], None]:
     """A command run as a separate process from an empty current folder: exit CODE with SAYS in
@@ -1168,6 +1186,7 @@ CASES: list[Case] = [
          "no pytorch-lms-core for v2.6.0 (version 2.6.0) in"),
     # E11: ~ in the environment's folders (finding 9)
     Case("E11", lambda env: [], 0, "", run=tilde_in_environment),
+    Case("E11b", lambda env: [], 0, "", run=relative_cache_in_environment),
     # D07, O05, O06: standard output that fails (findings 13, 20)
     Case("D07", lambda env: [], 0, "", run=stdout_that_fails(
         "full", 1, "cannot write to standard output (No space left on device)",
