@@ -131,7 +131,11 @@ def main(ctx: click.Context, patches_dir: Path | None, cache_dir: Path | None,
     3 stopped for you (a port conflict to resolve).
     """
     _warn_of_relative_folders_from_the_environment(ctx, patches_dir, cache_dir)
-    ctx.obj = Options.resolve(patches_dir, cache_dir, jobs)
+    try:
+        ctx.obj = Options.resolve(patches_dir, cache_dir, jobs)
+    except LmsforgeError as exc:  # a folder no command can use: one line, before any work
+        ui.error(redact(str(exc)))
+        ctx.exit(exc.exit_code)
 
 
 def _warn_of_relative_folders_from_the_environment(ctx: click.Context, *given: Path | None) -> None:

@@ -63,6 +63,22 @@ def sim_seeds_from_env(default: int) -> int:
     return int(text)
 
 
+# Linux ends a path at PATH_MAX (4096 bytes); lmsforge writes paths up to about this much below
+# the cache (apt's lists, build trees, test logs), so a cache deeper than the rest fails midway.
+PATH_MAX = 4096
+DEPTH_BELOW_CACHE = 1024
+
+
+def _refuse_a_cache_too_deep(cache: Path) -> None:
+    """A cache path too long for what goes below it failed deep inside apt ("File name too
+    long", with network advice): refuse it before anything is made (hostile-inputs row 16)."""
+    length = len(os.fsencode(cache))
+    if length > PATH_MAX - DEPTH_BELOW_CACHE:
+        raise UsageError(f"the cache folder {str(cache)[:60]}… is {length} bytes long; paths end "
+                         f"at {PATH_MAX} and lmsforge needs up to {DEPTH_BELOW_CACHE} below it: "
+                         "choose a shorter --cache-dir (or LMSFORGE_CACHE_DIR)")
+
+
 @dataclass(frozen=True)
 class Options:
     patches_dir: Path
@@ -76,6 +92,7 @@ class Options:
         # ~ is expanded here too: LMSFORGE_CACHE_DIR='~/x' from CI YAML or systemd reaches us
         # through click unexpanded, and would make a folder named ~ in the current one
         cache = cache_dir.expanduser().resolve() if cache_dir else default_cache_dir()
+        _refuse_a_cache_too_deep(cache)
         # Build harnesses and the tools they start find the cache through the environment.
         os.environ["LMSFORGE_CACHE_DIR"] = str(cache)
         return cls(

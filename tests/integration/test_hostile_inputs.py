@@ -1215,6 +1215,11 @@ CASES: list[Case] = [
     Case("F27b", lambda env: ["build", "--help"], 0, "Target platform of the packages"),
     # P06: a name longer than the file system takes (finding 16)
     Case("P06", apply_into("e" * 300), 2, "the name is too long for the file system"),
+    # P07: a cache path too deep for what lmsforge puts below it (finding 16): refused before
+    # anything is made (apt failed deep inside with "File name too long" and network advice)
+    Case("P07", lambda env: ["--cache-dir", str(env.root / "/".join(["d" * 200] * 16)), "fetch",
+                             "-f", "toy", "-t", "v1.0.0"], 2, "choose a shorter --cache-dir",
+         check=absent("d" * 200)),
     # E08: a patches folder that does not exist (finding 15)
     Case("E08", lambda env: ["--patches-dir", str(env.root / "nope"), "list"], 2,
          "nope does not exist; fix --patches-dir or LMSFORGE_PATCHES_DIR"),
