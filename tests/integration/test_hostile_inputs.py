@@ -1233,6 +1233,11 @@ CASES: list[Case] = [
     # E13: an ASCII-only output encoding (finding 14)
     Case("E13", lambda env: ["list"], 0, "toy", how="process",
          environ={"PYTHONIOENCODING": "ascii"}),
+    # E13b: a strict C locale (no UTF-8 coercion) and a non-ASCII path in the arguments: one
+    # error line, never an internal error about surrogates (finding 14)
+    Case("E13b", lambda env: ["status", "--tree", str(make_dir("tree \u2713")(env))], 2,
+         "is not a work tree made by `lmsforge apply`", how="process",
+         environ={"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}),
     # K25: a file:// URL with a host part names no folder; every --channel refuses it (finding 11)
     *[Case(row, lambda env: [], 0, "", run=from_an_empty_folder(
         2, "a file:// URL with a host part (lms-channel); write file:///abs/path", args))
