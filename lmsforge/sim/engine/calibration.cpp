@@ -13,7 +13,7 @@ namespace lms_sim {
 
 namespace {
 
-constexpr const char* kEvidence = "../shared/evidence/h100-2026-11-22";
+constexpr const char* kEvidence = "bench/reference/h100-2026-11-22";
 constexpr const char* kDefaultName = "h100-2026-11-22";
 
 struct Scalar {

@@ -2,7 +2,7 @@
 
 // What each simulated operation costs, for the timing model (timing.h): one
 // table, by default the costs measured on an H100 on 2026-11-22
-// (../shared/evidence/h100-2026-11-22/calibration.txt, from cudacal.cu), each
+// (bench/reference/h100-2026-11-22/calibration.txt, from cudacal.cu), each
 // value with the line of evidence it comes from. A file named by
 // LMS_SIM_CALIBRATION overrides any of them, for another GPU (README.md).
 
