@@ -383,6 +383,17 @@ def test_ppc64le_package_installs_from_the_channel_and_its_lms_tests_pass_under_
     assert result.returncode == 0, result.stderr
     assert "pytorch-lms-core=2.6.0=cpu_lms_" in result.stdout and "qemu-ppc64le" in result.stdout
     assert re.search(r"lms_core_tests: [1-9]\d* passed, 0 failed", result.stdout)
+    # A channel with the POWER build only (a cluster's ppc64le channel): `test` looked for the
+    # package in the host's subdir and refused it (hostile-inputs row 8).
+    power_only = work / "power-only"
+    published = lmsforge(["lmsforge", "publish", "--channel", str(power_only),
+                          *map(str, _packages(work, "linux-ppc64le"))], work)
+    assert published.returncode == 0, published.stderr
+    assert not list((power_only / "linux-64").glob("*.conda"))
+    alone = lmsforge(["lmsforge", "test", "--framework", "pytorch", "--tag", "v2.6.0",
+                      "--channel", str(power_only), "--platform", "linux-ppc64le"], work)
+    assert alone.returncode == 0, alone.stderr
+    assert re.search(r"lms_core_tests: [1-9]\d* passed, 0 failed", alone.stdout)
 
 
 @pytest.mark.slow
