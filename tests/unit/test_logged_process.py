@@ -18,7 +18,10 @@ from pathlib import Path
 import pytest
 
 RUN_NINJA = textwrap.dedent("""\
-    import sys
+    import signal, sys
+    # Ctrl-C as on a terminal, also where the tests run in a background job (its shell starts
+    # them with SIGINT ignored, which a process inherits: a fresh-clone CI run timed out on it).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from lmsforge.verify.pytorch_c10.process import run_logged
     with open(sys.argv[1] + "/ninja.log", "w") as log:
         run_logged(["ninja", "-C", sys.argv[1], "-j2"], log)
