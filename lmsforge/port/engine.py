@@ -190,13 +190,18 @@ def _start(tree: Path, state: PortState) -> None:
 
 def _wipe_for_restart(tree: Path) -> None:
     """Everything but the port's own state and lock goes; the repository is made again."""
+    _remove_all_but_state(tree)
+    worktree.init_repo(tree)
+
+
+def _remove_all_but_state(tree: Path) -> None:
+    """Remove the work tree's files and its repository, keeping the port's state and lock."""
     for child in tree.iterdir():
         if child.name != ".git":
             _remove(child)
     for child in (tree / ".git").iterdir():
         if child.name not in (STATE_FILE, LOCK_FILE):
             _remove(child)
-    worktree.init_repo(tree)
 
 
 def _remove(path: Path) -> None:
@@ -499,12 +504,7 @@ def abort(tree: Path, state: PortState) -> None:
         state.save(tree)
     if state.finish is not None:
         undo_finish(state)
-    for child in tree.iterdir():
-        if child.name != ".git":
-            _remove(child)
-    for child in (tree / ".git").iterdir():
-        if child.name not in (STATE_FILE, LOCK_FILE):
-            _remove(child)
+    _remove_all_but_state(tree)
     if state.created_folder:
         shutil.rmtree(tree)
     else:
