@@ -468,16 +468,8 @@ cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
 }
 
 cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
-  const char* function = __func__;
-  return api_call(function, [&](Runtime& runtime) {
-    runtime.current_with_context();
-    Status status = kSuccess;
-    StreamRef target = runtime.resolve(stream, &status);
-    if (status != kSuccess) {
-      return status;
-    }
-    return set(function, devPtr, static_cast<uint32_t>(value), 1, count, target, Api::kAsync);
-  });
+  return lms_sim::memset_elements(__func__, devPtr, static_cast<uint32_t>(value), 1, count, stream,
+                                  true);
 }
 
 } // extern "C"
