@@ -5,14 +5,13 @@ compiles the simulator."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from lmsforge.sim import SOURCE_DIR
-from lmsforge.verify.pytorch_c10 import inputs as c10_inputs
+import sim_build
+
 from lmsforge.verify.pytorch_c10.gtest import parse_gtest_json
 
 pytestmark = pytest.mark.slow
@@ -22,20 +21,8 @@ SEEDED_ONLY = {"Sim.SeededDelaysReorderWorkAcrossStreams"}
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory: pytest.TempPathFactory, real_cache_dir: Path) -> Path:
-    if not shutil.which("cmake"):
-        pytest.skip("needs cmake")
-    # The CUDA headers the levels use: the host toolkit, else NVIDIA's wheels (named explicitly,
-    # as the levels do: a root made from wheels has no nvcc for CMake to start from).
-    cuda = c10_inputs.ensure_cuda_toolkit(real_cache_dir)
-    build = tmp_path_factory.mktemp("cuda-sim-build")
-    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    subprocess.run(["cmake", *generator, "-S", str(SOURCE_DIR), "-B", str(build),
-                    f"-DCUDAToolkit_ROOT={cuda}", f"-DCUDAToolkit_INCLUDE_DIR={cuda / 'include'}",
-                    f"-DCUDA_cudart_LIBRARY={cuda / 'lib64' / 'libcudart.so'}"],
-                   check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", str(build), "--parallel", "2", "--target",
-                    "lms_cuda_sim_tests"], check=True, capture_output=True)
-    return build / "lms_cuda_sim_tests"
+    build = sim_build.configured(tmp_path_factory.getbasetemp(), real_cache_dir)
+    return sim_build.built(build, "lms_cuda_sim_tests") / "lms_cuda_sim_tests"
 
 
 def _run(program: Path, tmp_path: Path, **env: str):

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+import sim_build
+
 from lmsforge.sim import SOURCE_DIR
-from lmsforge.verify.pytorch_c10 import inputs as c10_inputs
 from lmsforge.verify.pytorch_c10.gtest import parse_gtest_json
 from lmsforge.verify.tensorflow_tf import inputs as tf_inputs
 
@@ -31,25 +32,13 @@ def wheel(real_cache_dir: Path) -> Path:
     return tf_inputs.unpacked_wheel(real_cache_dir)
 
 
-def wheel_cuda_include(wheel: Path) -> Path:
-    return tf_inputs.include_dir(wheel) / "third_party" / "gpus" / "cuda" / "include"
+wheel_cuda_include = sim_build.wheel_cuda_include
 
 
 @pytest.fixture(scope="module")
 def build(tmp_path_factory: pytest.TempPathFactory, real_cache_dir: Path, wheel: Path) -> Path:
-    if not shutil.which("cmake"):
-        pytest.skip("needs cmake")
-    cuda = c10_inputs.ensure_cuda_toolkit(real_cache_dir)
-    build = tmp_path_factory.mktemp("cuda-sim-driver-build")
-    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    subprocess.run(["cmake", *generator, "-S", str(SOURCE_DIR), "-B", str(build),
-                    f"-DCUDAToolkit_ROOT={cuda}", f"-DCUDAToolkit_INCLUDE_DIR={cuda / 'include'}",
-                    f"-DCUDA_cudart_LIBRARY={cuda / 'lib64' / 'libcudart.so'}",
-                    f"-DLMS_SIM_DRIVER_CUDA_INCLUDE={wheel_cuda_include(wheel)}"],
-                   check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", str(build), "--parallel", "2", "--target",
-                    "lms_cuda_sim_driver_tests"], check=True, capture_output=True)
-    return build
+    build = sim_build.configured(tmp_path_factory.getbasetemp(), real_cache_dir)
+    return sim_build.built(build, "lms_cuda_sim_driver_tests")
 
 
 def _run(build: Path, tmp_path: Path, **env: str):
