@@ -83,6 +83,13 @@ SCRIPT = textwrap.dedent('''
         out["tight"] = dict(knobs=vars(tight.knobs), fits=check.fits, peak=check.peak_bytes,
                             on_demand=check.bytes_paged_out_on_demand,
                             available=int(tight_memory * 0.9), result_fits=tight.with_lms.fits)
+    os.environ["TF_LMS_SIMULATOR_MEM_RATIO"] = "1.5"
+    try:
+        autotune.autotune(keras, tight_memory)
+        out["ratio_error"] = None
+    except ValueError as error:
+        out["ratio_error"] = str(error)
+    del os.environ["TF_LMS_SIMULATOR_MEM_RATIO"]
     out["report"] = report.model_report(keras, tight_memory)
     out["plot"] = str(plot.autotune_plot(keras, tight_memory, tight.knobs, "memory.png"))
 
@@ -149,6 +156,11 @@ def test_autotuned_knobs_fit_in_their_own_simulation(findings: dict) -> None:
     assert tight["peak"] <= tight["available"] < findings["keras_peak"]
     assert tight["knobs"]["swapout_threshold"] >= 1 and tight["knobs"]["swapin_ahead"] >= 1
     assert any("swapout_threshold =" in m for m in findings["tight_messages"])
+
+
+def test_a_bad_memory_ratio_is_one_line(findings: dict) -> None:
+    message = findings["ratio_error"]
+    assert message and "\n" not in message and "TF_LMS_SIMULATOR_MEM_RATIO" in message
 
 
 def test_the_model_report_has_tflmsv2_lines(findings: dict) -> None:
