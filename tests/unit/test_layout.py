@@ -20,7 +20,7 @@ FLOORS: dict[str, int] = {
     "bundled": 0,
     "upstream": 1,
     "series": 2, "channel": 2,
-    "port": 3, "verify": 3, "sim": 3,
+    "port": 3, "verify": 3, "sim": 3, "plan": 3,
     "packaging": 4,
     "frameworks": 5,
     "commands": 6,
