@@ -9,7 +9,7 @@ far apart the two may be.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch._C._profiler import _EventType
