@@ -115,7 +115,7 @@ class StepRecorder(TorchDispatchMode):
             sid, nbytes, new = self._id(tensor)
             if new:
                 allocs.append([sid, nbytes])
-            if sid not in writes and (new or not _is_view(func)):
+            if new:  # in-place and out= results are in writes already, views write nothing
                 writes.append(sid)
         if not allocs and not writes:
             # A view or metadata operator (t, detach, prim.device) launches no kernel and moves
@@ -130,11 +130,6 @@ class StepRecorder(TorchDispatchMode):
                 bytes_written=sum(_nbytes(t) for t in outputs))
         self.ops.append(op)
         return out
-
-
-def _is_view(func) -> bool:
-    return any(r.alias_info is not None and not r.alias_info.is_write
-               for r in func._schema.returns)
 
 
 def _unique(ids: list[int]) -> list[int]:

@@ -65,6 +65,8 @@ def test_durations_follow_the_roofline_per_profile():
     # 1 TFLOP of float32 is compute-bound at 51 TFLOP/s; 20 GB moved is HBM-bound at 2 TB/s.
     assert h100.op_seconds(10**12, 0, "float32") == pytest.approx(1 / 51 + 4e-6)
     assert h100.op_seconds(1, 20 * 10**9, "float32") == pytest.approx(0.01 + 4e-6)
+    # Both at once: the slower one, not their sum (0.01 s of compute, 0.005 s of traffic).
+    assert h100.op_seconds(51 * 10**10, 10**10, "float32") == pytest.approx(0.01 + 4e-6)
     with pytest.raises(UsageError, match="v100-power9 has no bfloat16 peak"):
         profile("v100-power9").op_seconds(1, 1, "bfloat16")
     with pytest.raises(UsageError, match="unknown GPU profile 'h800'"):
