@@ -32,7 +32,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from lmsforge.errors import UsageError
-from lmsforge.plan.profiles import PROFILES
+from lmsforge.plan.profiles import PROFILES, profile
 from lmsforge.plan.trace_format import Op, Storage, Trace
 
 UNTRACEABLE = (DataDependentOutputException, DynamicOutputShapeException,
@@ -149,7 +149,7 @@ def trace_step(build_model: Callable[[], torch.nn.Module],
     """One step of MODEL on fake tensors: forward, loss, backward, optimizer step. The model,
     batch and optimizer are built inside the fake mode, so a model of any size costs nothing."""
     names = list(PROFILES) if profiles is None else profiles
-    chosen = [PROFILES[n] for n in names]
+    chosen = [profile(n) for n in names]  # an unknown name is refused before any work
     with FakeTensorMode():
         model = build_model()
         inputs, target = make_batch()
