@@ -71,6 +71,8 @@ def test_durations_follow_the_roofline_per_profile():
         profile("v100-power9").op_seconds(1, 1, "bfloat16")
     with pytest.raises(UsageError, match="unknown GPU profile 'h800'"):
         profile("h800")
+    with pytest.raises(UsageError, match="unknown GPU profile 'h800'"):
+        trace_step(*tiny_step(), model_name="tiny", input_desc="4", batch=3, profiles=["h800"])
 
 
 def test_trace_file_round_trips(tmp_path):
