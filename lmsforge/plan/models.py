@@ -136,7 +136,7 @@ def resnet_step(image: int = 224, batch: int = 8, blocks=(3, 4, 6, 3)) -> StepSp
                     lambda: (torch.randn(batch, 3, image, image),
                              torch.randint(0, 1000, (batch,))),
                     functional.cross_entropy,
-                    lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9))
+                    lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=True))
 
 
 def unet3d_step(side: int = 64, batch: int = 2, base: int = 16, depth: int = 3) -> StepSpec:
@@ -145,7 +145,7 @@ def unet3d_step(side: int = 64, batch: int = 2, base: int = 16, depth: int = 3) 
                     lambda: (torch.randn(batch, 1, side, side, side),
                              torch.randint(0, 2, (batch, side, side, side))),
                     functional.cross_entropy,
-                    lambda params: torch.optim.Adam(params))
+                    lambda params: torch.optim.Adam(params, foreach=True))
 
 
 def gpt_step(tokens: int = 1024, batch: int = 4, layers: int = 24, width: int = 1024,
@@ -155,4 +155,4 @@ def gpt_step(tokens: int = 1024, batch: int = 4, layers: int = 24, width: int = 
                     lambda: (torch.randint(0, vocab, (batch, tokens)),
                              torch.randint(0, vocab, (batch, tokens))),
                     _token_loss,
-                    lambda params: torch.optim.AdamW(params))
+                    lambda params: torch.optim.AdamW(params, foreach=True))
