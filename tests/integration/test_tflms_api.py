@@ -113,12 +113,15 @@ STAND_IN_SCRIPT = textwrap.dedent(r'''
 
     auto = LMS()
     auto.autotune_gpu_mem = 0.001
+    auto.batch_size = 8
+    auto.autotune_plot = True
     logged.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.fit(x, y, batch_size=8, epochs=1, callbacks=[auto], verbose=0)
     out["autotune_warnings"] = [str(w.message) for w in caught if issubclass(w.category, LMSWarning)]
     out["autotune_log"] = list(logged)
+    out["autotune_has_knobs"] = auto.autotune_result is not None
 
     def linear_input():
         return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).batch(8).repeat()
@@ -223,7 +226,10 @@ def test_autotune_path_reports_or_says_why_not(stand_in) -> None:
     if unavailable:
         pytest.skip(f"the offline auto-tuner (graph/autotune/report, helper h48) is absent: {unavailable[0]}")
     assert not [w for w in out["autotune_warnings"] if "skipped" in w], out["autotune_warnings"]
-    assert any(line.startswith("[LMS]") for line in out["autotune_log"]), out["autotune_log"]
+    log = out["autotune_log"]
+    assert any(line.startswith("[LMS] The graph has") for line in log), log
+    assert out["autotune_has_knobs"], log
+    assert (stand_in[1] / ".lms" / "autotune-sequential.png").stat().st_size > 0, log
 
 
 def test_estimator_training_with_the_hook_logs_each_step(stand_in) -> None:

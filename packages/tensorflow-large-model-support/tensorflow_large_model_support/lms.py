@@ -181,12 +181,15 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
             _warn_once("autotune", "auto-tuning skipped: the model could not be traced "
                        f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})")
             return
-        for line in report.model_report(model_graph):
-            log.info("%s", line)
         if self._autotune_gpu_mem is None:
+            # No GPU size can be read without a GPU: report the model, tune nothing.
+            for line in report.model_report(model_graph):
+                log.info("%s", line)
             log.info("[LMS] set autotune_gpu_mem (GiB) to simulate a GPU and tune the knobs")
             return
         gpu_bytes = int(self._autotune_gpu_mem * _GIB)
+        for line in report.model_report(model_graph, gpu_bytes):
+            log.info("%s", line)
         result = autotune.autotune(model_graph, gpu_bytes)
         self.autotune_result = result
         for line in result.messages:
