@@ -259,3 +259,31 @@ def test_run_and_stats_wrappers(stand_in) -> None:
     assert single > 1 and allocs == 3 * (single - 1)
     assert out["not_carried"] == ("get_bytes_limit has no equivalent in lmsforge's LMS: TensorFlow "
                                   "2.14 exposes only get_memory_info's 'current' and 'peak'")
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tensorflow"
+
+
+def _run_example(venv: Path, name: str, *args: str, cwd: Path):
+    script = (f"import runpy, sys; sys.argv = [{name!r}, *{list(args)!r}]; "
+              f"runpy.run_path({str(EXAMPLES / name)!r}, run_name='__main__')")
+    return run_tflms(venv, script, cwd=cwd)
+
+
+@pytest.mark.parametrize("name", ["keras_synthetic_lms.py", "estimator_lms.py"])
+def test_examples_stop_at_the_lms_switch_on_stock_tensorflow(venv: Path, tmp_path: Path,
+                                                             name: str) -> None:
+    args = ["--lms"] if name.startswith("keras") else []
+    ran = _run_example(venv, name, *args, cwd=tmp_path)
+    assert ran.returncode == 1, ran.stderr[-2000:]
+    # TensorFlow's own C++ start-up lines may come first (cuDNN/cuFFT factory notes).
+    assert ran.stderr.strip().splitlines()[-1] == "error: " + NO_LMS_LINE.split(": ", 1)[1], \
+        ran.stderr[-2000:]
+    assert "Traceback" not in ran.stderr
+
+
+def test_keras_example_trains_without_lms_on_stock_tensorflow(venv: Path, tmp_path: Path) -> None:
+    ran = _run_example(venv, "keras_synthetic_lms.py", "--image-size", "32", "--steps", "2",
+                       cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert "at 32x32, batch 2, LMS off: loss" in ran.stdout
