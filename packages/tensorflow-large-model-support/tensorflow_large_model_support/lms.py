@@ -239,6 +239,14 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
         if self._csv is not None:
             self._csv.write(step_type, getattr(self, "_epoch", 0), batch, self._step_stats.end())
 
+    # Keras calls per-batch hooks only when some callback implements them, and they cost a sync
+    # per batch; ours only do work with stats_csv, so they only ask for the calls then.
+    def _implements_train_batch_hooks(self):
+        return bool(self.stats_csv)
+
+    def _implements_test_batch_hooks(self):
+        return bool(self.stats_csv)
+
     def on_train_batch_begin(self, batch, logs=None):
         self._batch_begin()
 
