@@ -72,6 +72,8 @@ def device_name(gpu_device: str | None) -> str:
     """TFLMSv2's gpu_device ("/device:GPU:2", "/gpu:1", None) as the series' device string."""
     if gpu_device is None:
         return "GPU:0"
+    if not isinstance(gpu_device, str):
+        raise TypeError(f"gpu_device must be a device string such as '/device:GPU:0', not {gpu_device!r}")
     name = gpu_device.rsplit("device:", 1)[-1].lstrip("/")
     kind, _, index = name.partition(":")
     if kind.upper() != "GPU" or not index.isdigit():

@@ -65,7 +65,8 @@ def _check_serialization(serialization) -> list:
 
 
 class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
-    """Large Model Support, with TFLMSv2's arguments (same names, order and defaults)."""
+    """Large Model Support, with TFLMSv2's arguments: same names, defaults and positional order
+    (TFLMSv2's ``lms.py`` puts ``swapin_groupby`` before ``swapin_ahead``)."""
 
     def __init__(self, swapout_threshold=-1, swapin_groupby=-1, swapin_ahead=-1, sync_mode=0,
                  serialization=(), serialization_by_size=0, debug=False, debug_level=1,
@@ -96,7 +97,6 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
         self.autotune_result = None
         self._csv: StatsCsvLogger | None = None
         self._step_stats = StepStats(self._device)
-        self._global_step = None
         self._hook_step = 0
 
         _backend.enable()
