@@ -1,8 +1,9 @@
 """TFLMSv2's tunable hyper-parameters, with TFLMSv2's names, defaults and checks.
 
-TFLMSv2 (``ibm-lms.md`` §5.2): ``swapout_threshold`` and ``swapin_ahead`` are distances in
-topological order, -1 means "auto-tune", and 0 is refused; ``swapin_groupby`` is -1 (auto) or
-a distance >= 0; ``sync_mode`` is 0 (asynchronous), 1 (synchronous page-outs), 2 (synchronous
+TFLMSv2 (``ibm-lms.md`` §5.2): the three are distances in topological order and -1 means
+"auto-tune". ``swapout_threshold`` refuses 0 (every tensor would be swapped). ``swapin_ahead`` and
+``swapin_groupby`` take -1 or a distance >= 0: TFLMSv2's own README and issue 29's snippet pass
+``swapin_ahead=0`` (swap in right before the consumer), and its code used any value >= 0 as is; ``sync_mode`` is 0 (asynchronous), 1 (synchronous page-outs), 2 (synchronous
 page-ins) or 3 (both). Shared by the ``LMS`` object and the offline simulator, so a setting the
 simulator recommends is one ``LMS(...)`` accepts.
 """
@@ -24,7 +25,7 @@ class Knobs:
 
     def __post_init__(self) -> None:
         _check_distance("swapout_threshold", self.swapout_threshold, zero_allowed=False)
-        _check_distance("swapin_ahead", self.swapin_ahead, zero_allowed=False)
+        _check_distance("swapin_ahead", self.swapin_ahead, zero_allowed=True)
         _check_distance("swapin_groupby", self.swapin_groupby, zero_allowed=True)
         if type(self.sync_mode) is not int or self.sync_mode not in SYNC_MODES:
             raise ValueError(f"sync_mode must be 0, 1, 2 or 3, not {self.sync_mode!r} "
