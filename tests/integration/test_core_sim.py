@@ -55,10 +55,12 @@ EXPECTED_FAILURES = {
                                           "PageInKeepsTheStorageOnItsStream"},
     # A storage paged in ahead and freed unused (destroyed, or resized to nothing) gives its
     # block back unordered after its copy, which then overwrites the block's next owner.
-    # The fuzzer finds it too: its sweeps keep the page-in stream busy just before a storage is
-    # freed unused, so that its prefetch is still in flight (seeds 1-10 all fail, wrong data).
+    # The fuzzer finds it only by timing: its sweeps keep the page-in stream busy just before a
+    # storage is freed unused, and alone it failed under seeds 1-10, but in the fresh-clone CI
+    # run of 9e7644f it passed both seeds (61 and 73 wasted prefetches, none overwritten in
+    # time). So CI does not expect it here (docs/core-sim.md, open in issue 25).
     "unused-prefetch-freed-before-its-copy.patch": {
-        "LargeModelSupportCudaTest.AnUnusedPrefetchFreedDoesNotOverwriteTheNextOwner", FUZZER},
+        "LargeModelSupportCudaTest.AnUnusedPrefetchFreedDoesNotOverwriteTheNextOwner"},
     # An external stream stays among a storage's streams after the pin that ended its use: once
     # its user destroyed it, LMS uses the dead handle (a failed page-in here; on a GPU, undefined).
     # The fuzzer finds it too ("invalid resource handle", within its first few hundred steps).
