@@ -48,6 +48,12 @@ def memory_ratio() -> float:
     return ratio
 
 
+def available_memory(gpu_memory_bytes: int) -> int:
+    """The bytes a simulation may use on a GPU of GPU_MEMORY_BYTES: auto-tuning, the report LMS
+    logs and the plot all simulate in this, so their figures agree."""
+    return int(gpu_memory_bytes * memory_ratio())
+
+
 def _largest_fitting(fits, low: int, high: int) -> int:
     """The largest value in [LOW, HIGH] for which FITS holds, given that it holds for LOW."""
     while low < high:
@@ -63,7 +69,7 @@ def autotune(graph: ModelGraph, gpu_memory_bytes: int) -> AutotuneResult:
     if type(gpu_memory_bytes) is not int or gpu_memory_bytes <= 0:
         raise ValueError(f"gpu_memory_bytes must be a positive int, not {gpu_memory_bytes!r}")
     ratio = memory_ratio()
-    available = int(gpu_memory_bytes * ratio)
+    available = available_memory(gpu_memory_bytes)
     on_demand = simulate(graph, available)
     result = AutotuneResult(None, without_lms=on_demand)
     if on_demand.fits_without_lms:

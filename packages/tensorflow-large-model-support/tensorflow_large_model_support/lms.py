@@ -188,7 +188,7 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
             log.info("[LMS] set autotune_gpu_mem (GiB) to simulate a GPU and tune the knobs")
             return
         gpu_bytes = int(self._autotune_gpu_mem * _GIB)
-        for line in report.model_report(model_graph, gpu_bytes):
+        for line in report.model_report(model_graph, autotune.available_memory(gpu_bytes)):
             log.info("%s", line)
         result = autotune.autotune(model_graph, gpu_bytes)
         self.autotune_result = result

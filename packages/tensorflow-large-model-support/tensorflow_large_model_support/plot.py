@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .autotune import available_memory
 from .graph import ModelGraph, human_bytes
 from .knobs import Knobs
 from .simulator import simulate
@@ -15,12 +16,15 @@ from .simulator import simulate
 
 def autotune_plot(graph: ModelGraph, gpu_memory_bytes: int, knobs: Knobs | None,
                   path: str | Path) -> Path:
-    """Writes a PNG of bytes in use per operation to PATH and returns PATH."""
+    """Writes a PNG of bytes in use per operation to PATH and returns PATH. It simulates in the
+    memory auto-tuning uses (``autotune.available_memory``), so its peaks are the ones
+    auto-tuning reports for the same knobs."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    run = simulate(graph, gpu_memory_bytes, knobs)
+    available = available_memory(gpu_memory_bytes)
+    run = simulate(graph, available, knobs)
     gib = float(2**30)
     steps = range(len(run.trace))
     figure, axes = plt.subplots(figsize=(10, 5))
@@ -34,6 +38,8 @@ def autotune_plot(graph: ModelGraph, gpu_memory_bytes: int, knobs: Knobs | None,
                   color="tab:blue", linewidth=1)
         axes.axhline(gpu_memory_bytes / gib, color="black", linestyle="--",
                      label=f"GPU memory {human_bytes(gpu_memory_bytes)}")
+        axes.axhline(available / gib, color="gray", linestyle=":",
+                     label=f"simulated as available {human_bytes(available)}")
         axes.set_xlabel("operations (topological order)")
         axes.set_ylabel("memory in use (GiB)")
         verdict = "fits" if run.fits else "does not fit"
