@@ -132,6 +132,8 @@ def run_seed(binary: Path, seed: int, work_dir: Path) -> SeedRun:
     if report.failed:
         problem = (f"{report.failed} tests failed: "
                    f"{', '.join(report.failures[:MAX_FAILURES_NAMED])}")
+        if report.first_failure:
+            problem += f" (first: {report.first_failure})"
     elif report.skipped:
         problem = (f"{report.skipped} tests skipped (every CUDA test must run under the "
                    f"simulator): {', '.join(report.skips[:MAX_FAILURES_NAMED])}")
