@@ -146,8 +146,9 @@ def trace_step(build_model: Callable[[], torch.nn.Module],
                make_optimizer: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer],
                *, model_name: str, input_desc: str, batch: int,
                dtype: str = "float32", profiles: list[str] | None = None) -> Trace:
-    """One step of MODEL on fake tensors: forward, loss, backward, optimizer step. The model,
-    batch and optimizer are built inside the fake mode, so a model of any size costs nothing."""
+    """One step of MODEL on fake tensors: forward, loss, backward, optimizer step, then the
+    gradients' release by zero_grad(). The model, batch and optimizer are built inside the fake
+    mode, so a model of any size costs nothing."""
     names = list(PROFILES) if profiles is None else profiles
     chosen = [profile(n) for n in names]  # an unknown name is refused before any work
     with FakeTensorMode():
@@ -163,6 +164,10 @@ def trace_step(build_model: Callable[[], torch.nn.Module],
             loss.backward()
             del loss
             optimizer.step()
+            # The next step's zero_grad() (set_to_none, PyTorch 2's default) frees the
+            # gradients before its forward: recorded here, after the last operator, so that
+            # what a step leaves alive is what the next one starts with (optimizer state).
+            optimizer.zero_grad(set_to_none=True)
         recorder.recording = False
     for op in recorder.ops:
         moved = op.bytes_read + op.bytes_written

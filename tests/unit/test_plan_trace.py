@@ -44,7 +44,7 @@ def test_tiny_step_is_counted_by_hand():
         ("aten.mm.default", [[10, 128]], []),                     # weight gradient
         ("aten.sum.dim_IntList", [[11, 32]], [9, 7, 6]),          # bias gradient; del loss
         ("aten.add_.Tensor", [], []),                             # SGD updates in place
-        ("aten.add_.Tensor", [], []),
+        ("aten.add_.Tensor", [], [10, 11]),                       # zero_grad(): grads go
     ]
     assert trace.ops[0].reads == [1, 2, 0] and trace.ops[0].writes == [4]
     assert trace.ops[8].reads == [0, 10] and trace.ops[8].writes == [0]
