@@ -27,6 +27,7 @@ BUILT_IN = {
 OPTIMIZERS = ("sgd", "adam", "adamw")
 # What each built-in model trains with (models.py); --optimizer overrides it.
 BUILT_IN_OPTIMIZER = {"resnet50": "sgd", "unet3d": "adam", "gpt2-medium": "adamw"}
+BUILT_IN_BATCH = {"resnet50": 8, "unet3d": 2, "gpt2-medium": 4}
 
 
 def parse_input(text: str) -> tuple[int, ...]:
@@ -113,8 +114,12 @@ def _user_builder(model: str):
     return checked
 
 
-def resolve(model: str, input_text: str | None, batch: int, optimizer: str | None) -> StepSpec:
-    """The step to trace for MODEL; INPUT_TEXT None takes a built-in model's default."""
+def resolve(model: str, input_text: str | None, batch: int | None,
+            optimizer: str | None) -> StepSpec:
+    """The step to trace for MODEL; INPUT_TEXT or BATCH None take a built-in model's
+    default (models.py's benchmark shapes; batch 1 for other models)."""
+    if batch is None:
+        batch = BUILT_IN_BATCH.get(model, 1)
     if batch < 1:
         raise UsageError(f"--batch {batch}: must be at least 1")
     if optimizer is not None:

@@ -36,6 +36,7 @@
 
 #include <lms_cuda_sim.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -412,10 +413,16 @@ class Replay {
       for (int64_t id : op.reads) {
         scope.pin(*find(id, op).storage);
       }
+      // An operator's new outputs are among its writes too; they are made below.
+      std::vector<int64_t> written;
       for (int64_t id : op.writes) {
-        scope.pin(*find(id, op).storage);
+        bool made_here = std::any_of(op.allocs.begin(), op.allocs.end(),
+                                     [id](const Alloc& alloc) { return alloc.id == id; });
+        if (!made_here) {
+          scope.pin(*find(id, op).storage);
+          written.push_back(id);
+        }
       }
-      std::vector<int64_t> written = op.writes;
       for (const Alloc& alloc : op.allocs) {
         if (alloc.kept && live_.count(alloc.id) != 0 && number > 0) {
           scope.pin(*live_[alloc.id].storage);  // optimizer state from the first step
@@ -476,12 +483,13 @@ class Replay {
   int64_t oom_op_ = -1;
 };
 
+// Exact integers: Json::value() writes doubles with fewer digits than a byte count needs.
 void write_series(Json& json, const std::string& key, const std::vector<int64_t>& values) {
-  json.begin_array(key);
-  for (int64_t value : values) {
-    json.value(static_cast<double>(value));
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    text += (i == 0 ? "" : ",") + std::to_string(values[i]);
   }
-  json.end_array();
+  json.raw_field(key, text + "]");
 }
 
 int run(int argc, char** argv) {
