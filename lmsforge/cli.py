@@ -519,11 +519,13 @@ def plan(ctx: click.Context, model: str, input_text: str | None, batch: int | No
     Traces one training step on fake tensors and replays it through the v2.6.0 series' real
     caching allocator and LMS on lmsforge's simulated CUDA runtime (the first run builds it).
 
+    Example: lmsforge plan --model resnet50 --input 3x2048x2048 --batch 16 --gpu h100-pcie
+
     \b
-    Examples:
-      lmsforge plan --model resnet50 --input 3x2048x2048 --batch 8 --gpu h100-pcie
+    More:
       lmsforge plan --model gpt2-medium --gpu a100-pcie --gpu-memory 16G --plot mem.png
-      lmsforge plan --model my_module:build_model --input 3x512x512 --json
+      lmsforge plan --model torchvision:resnet152 --input 3x1024x1024 --batch 4 --json
+      lmsforge plan --model my_module:build_model --input 3x512x512
     """
     from lmsforge.commands import plan as command
 

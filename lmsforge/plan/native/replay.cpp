@@ -410,26 +410,29 @@ class Replay {
     job->first_mismatch = &first_mismatch_;
     {
       c10::lms::PinScope scope;  // at::LmsPinGuard's scope in the operator's wrapper
-      for (int64_t id : op.reads) {
-        scope.pin(*find(id, op).storage);
-      }
-      // An operator's new outputs are among its writes too; they are made below.
+      // What the operator makes, first: a storage it both makes and reads (a Python scalar
+      // lifted to a tensor, aten.lift_fresh) must exist before it is pinned and read.
       std::vector<int64_t> written;
-      for (int64_t id : op.writes) {
-        bool made_here = std::any_of(op.allocs.begin(), op.allocs.end(),
-                                     [id](const Alloc& alloc) { return alloc.id == id; });
-        if (!made_here) {
-          scope.pin(*find(id, op).storage);
-          written.push_back(id);
-        }
-      }
       for (const Alloc& alloc : op.allocs) {
         if (alloc.kept && live_.count(alloc.id) != 0 && number > 0) {
           scope.pin(*live_[alloc.id].storage);  // optimizer state from the first step
         } else {
           create(alloc.id, alloc.bytes);  // adopted by the scope: pinned until it closes
+          if (std::find(op.reads.begin(), op.reads.end(), alloc.id) != op.reads.end()) {
+            write_alone(alloc.id);  // its value, copied in from the host
+          }
         }
         written.push_back(alloc.id);
+      }
+      for (int64_t id : op.reads) {
+        scope.pin(*find(id, op).storage);
+      }
+      // An operator's new outputs are among its writes too (made above).
+      for (int64_t id : op.writes) {
+        if (std::find(written.begin(), written.end(), id) == written.end()) {
+          scope.pin(*find(id, op).storage);
+          written.push_back(id);
+        }
       }
       // Reads first: data() pages a reclaimed storage in, as a kernel's const access does.
       for (int64_t id : op.reads) {
@@ -455,11 +458,8 @@ class Replay {
       figures->reserved.push_back(aggregate_current(now.reserved_bytes));
     }
     for (int64_t id : op.frees) {
-      auto found = live_.find(id);
-      // A storage allocated and kept is freed by the trace's end only if the model frees it.
-      if (found != live_.end()) {
-        live_.erase(found);
-      }
+      find(id, op);  // a free of a storage that is not live: the trace is inconsistent
+      live_.erase(id);  // the last reference: its block goes back to the allocator
     }
   }
 
