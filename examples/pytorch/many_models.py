@@ -118,7 +118,7 @@ def plan(args: argparse.Namespace) -> int:
         command += ["--gpu-memory", args.gpu_memory]
     if args.plot:
         command += ["--plot", args.plot]
-    print("$ " + " ".join(command[1:]), flush=True)
+    print("$ lmsforge " + " ".join(command[3:]), flush=True)
     return subprocess.run(command).returncode
 
 
