@@ -34,7 +34,10 @@ def write_png(plan: Plan, path: Path) -> None:
                      label=f"LMS limit {chosen.lms_limit / GIB:.2f} GiB")
     axes.axhline(plan.device_memory / GIB, color="black", linestyle="--",
                  label=f"{plan.gpu.name} memory {plan.device_memory / GIB:.2f} GiB")
-    axes.set_xlabel(f"operator of the training step (of {len(t.ops)})")
+    axes.set_xlabel(f"operator of a training step after the first ({len(without)} of the "
+                    f"{len(t.ops)} traced: the rest only made optimizer state)"
+                    if len(without) != len(t.ops) else
+                    f"operator of the training step (of {len(t.ops)})")
     axes.set_ylabel("device memory allocated to tensors (GiB)")
     verdict = {"fits": "fits without LMS", "fits-with-lms": "fits with LMS",
                "does-not-fit": "does not fit"}[plan.verdict]
@@ -42,7 +45,7 @@ def write_png(plan: Plan, path: Path) -> None:
                    f"{verdict}", fontsize=10)
     axes.set_ylim(bottom=0)
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=8, loc="upper left")
+    axes.legend(fontsize=8, loc="best")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path)

@@ -36,18 +36,33 @@ def kept_storages(trace: Trace) -> set[int]:
     return {sid for op in trace.ops for sid, _ in op.allocs if sid not in freed}
 
 
+def first_step_only(trace: Trace) -> set[int]:
+    """Operators that only make optimizer state (Adam's zeros_like, its step counters lifted
+    from Python numbers): what they write is kept storage they make, and whatever else they make
+    dies with them. A later step finds that state and runs none of them."""
+    kept = kept_storages(trace)
+    found = set()
+    for op in trace.ops:
+        made = {sid for sid, _ in op.allocs}
+        if (made & kept and set(op.writes) <= made & kept
+                and made - kept <= set(op.frees)):
+            found.add(op.id)
+    return found
+
+
 def write_script(trace: Trace, gpu: str, path: Path) -> None:
     """The replay script of TRACE timed for profile GPU (docs/plan-trace-format.md)."""
     if gpu not in trace.profiles:
         raise CheckFailed(f"the trace of {trace.model} has no durations for {gpu}; trace it "
                           f"again with that profile")
     kept = kept_storages(trace)
+    once = first_step_only(trace)
     lines = [SCRIPT_HEADER]
     lines += [f"initial {s.id} {s.bytes}" for s in trace.initial]
     for op in trace.ops:
         allocs = " ".join(f"{sid} {nbytes} {int(sid in kept)}" for sid, nbytes in op.allocs)
         lines.append(" ".join([
-            "op", str(op.id), repr(op.duration_us[gpu] * 1000.0),
+            "op", str(op.id), repr(op.duration_us[gpu] * 1000.0), str(int(op.id in once)),
             "R", str(len(op.reads)), *map(str, op.reads),
             "W", str(len(op.writes)), *map(str, op.writes),
             "A", str(len(op.allocs)), *([allocs] if allocs else []),
@@ -113,19 +128,23 @@ def parse_result(data: dict, alloc_conf: str) -> Replayed:
                     data_ok=bool(data["data_ok"]))
 
 
-def sim_env(device_memory: int, calibration: Path, alloc_conf: str) -> dict[str, str]:
+def sim_env(device_memory: int, calibration: Path, alloc_conf: str,
+            seed: int = 0) -> dict[str, str]:
     """The replay's environment: one simulated device of the GPU's memory, its link, sparse
-    data (lmsforge/sim/README.md), and the allocator settings as a user gives them."""
+    data (lmsforge/sim/README.md), and the allocator settings as a user gives them. A SEED
+    turns the simulator's adversarial delays on, so that a missing wait shows as wrong data;
+    the timing model does not depend on it."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("LMS_SIM_", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_LMS_"))}
     env.update({"LMS_SIM_DEVICES": "1", "LMS_SIM_DEVICE_MEMORY": str(device_memory),
                 "LMS_SIM_PINNED_MEMORY": str(PINNED_MEMORY), "LMS_SIM_SPARSE_DATA": "1",
-                "LMS_SIM_CALIBRATION": str(calibration), "PYTORCH_CUDA_ALLOC_CONF": alloc_conf})
+                "LMS_SIM_CALIBRATION": str(calibration), "PYTORCH_CUDA_ALLOC_CONF": alloc_conf,
+                "LMS_SIM_SEED": str(seed)})
     return env
 
 
 def run(program: Path, script: Path, work: Path, *, device_memory: int, calibration: Path,
-        alloc_conf: str, name: str) -> Replayed:
+        alloc_conf: str, name: str, seed: int = 0) -> Replayed:
     """One replay of SCRIPT on a device of DEVICE_MEMORY bytes with PYTORCH_CUDA_ALLOC_CONF set
     to ALLOC_CONF; its JSON and log are WORK/NAME.json and .log."""
     out = work / f"{name}.json"
@@ -135,7 +154,7 @@ def run(program: Path, script: Path, work: Path, *, device_memory: int, calibrat
         try:
             proc = subprocess.run([str(program), "--script", str(script), "--out", str(out),
                                    "--steps", str(STEPS)], stdout=sink, stderr=subprocess.STDOUT,
-                                  env=sim_env(device_memory, calibration, alloc_conf),
+                                  env=sim_env(device_memory, calibration, alloc_conf, seed),
                                   timeout=REPLAY_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise CheckFailed(f"the replay ({alloc_conf or 'LMS off'}) did not finish within "

@@ -51,13 +51,14 @@ def program(bundled_verification, real_cache_dir: Path) -> Path:
     return path
 
 
-def run(program: Path, trace: Trace, work: Path, conf: str,
-        memory: int = 1 << 30) -> replay.Replayed:
+def run(program: Path, trace: Trace, work: Path, conf: str, memory: int = 1 << 30,
+        seed: int = 0) -> replay.Replayed:
     script, calibration = work / "replay.txt", work / "calibration.txt"
     replay.write_script(trace, "h100-pcie", script)
     calibration.write_text(replay.calibration_text(profile("h100-pcie")))
     return replay.run(program, script, work, device_memory=memory, calibration=calibration,
-                      alloc_conf=conf, name=conf.replace(":", "_").replace(",", "-") or "off")
+                      alloc_conf=conf, name=conf.replace(":", "_").replace(",", "-") or "off",
+                      seed=seed)
 
 
 def chain(size: int = 32 * MiB, layers: int = 8, us: float = 1000.0) -> Trace:
@@ -110,10 +111,13 @@ def test_a_chain_under_a_limit_pages_what_was_counted_by_hand(program, tmp_path)
     assert off.step_ms == pytest.approx(17.0, abs=0.05)  # 17 operators of 1 ms, back to back
     assert off.bytes_out == off.bytes_in == 0
 
-    # 192 MiB holds 6 of them: at the peak 5 must be on the host, and each comes back for its
-    # backward step. LMS on demand moves exactly those: 5 out, 5 in (W's page-out in the second
-    # step is clean: its host copy is current, nothing written it).
-    demand = run(program, trace, tmp_path, ON_DEMAND)
+    # 192 MiB holds 6 of them: at the peak 5 must be on the host. LMS on demand pages out the
+    # least recently used as A5..A8 and G come: X, then A1..A4 (W is used by every operator).
+    # A4..A1 come back for their backward steps, X for the next step's first operator: 5 out
+    # and 5 in per step, the least any schedule moves. X's page-out in the second step copies
+    # nothing (its host copy is current: nothing wrote it). Under the simulator's adversarial
+    # delays (seed 3), so that a copy LMS does not wait for is wrong data.
+    demand = run(program, trace, tmp_path, ON_DEMAND, seed=3)
     assert demand.completed and demand.data_ok
     assert demand.lms_limit == 192 * MiB and demand.peak_allocated == 192 * MiB
     assert demand.stats["reclaimed"] == 5 and demand.stats["paged_in"] == 5
@@ -122,7 +126,7 @@ def test_a_chain_under_a_limit_pages_what_was_counted_by_hand(program, tmp_path)
     assert demand.step_ms > off.step_ms  # the page-ins it waited for
     assert max(demand.allocated_after_op) <= 192 * MiB
 
-    ahead = run(program, trace, tmp_path, "lms:True,lms_limit:201326592")
+    ahead = run(program, trace, tmp_path, "lms:True,lms_limit:201326592", seed=3)
     assert ahead.completed and ahead.data_ok and ahead.peak_allocated <= 192 * MiB
     assert ahead.stats["paged_in_bytes"] >= 5 * 32 * MiB
 

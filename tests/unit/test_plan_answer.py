@@ -33,10 +33,11 @@ def test_replay_script_of_the_tiny_step(tmp_path):
     lines = path.read_text().splitlines()
     assert lines[:5] == ["lmsforge-replay 1", "initial 0 128", "initial 1 32", "initial 2 48",
                          "initial 3 96"]
-    # addmm reads bias, input, weight; makes its 96 B output, not kept; 4 µs of roofline.
-    assert lines[5] == "op 0 4000.0 R 3 1 2 0 W 1 4 A 1 4 96 0 F 0"
+    # addmm: 4 µs of roofline, every step; reads bias, input, weight; makes its 96 B output,
+    # not kept.
+    assert lines[5] == "op 0 4000.0 0 R 3 1 2 0 W 1 4 A 1 4 96 0 F 0"
     # The last SGD update frees both gradients: zero_grad() at the end of the step.
-    assert lines[-1] == "op 9 4000.0 R 2 1 11 W 1 1 A 0 F 2 10 11"
+    assert lines[-1] == "op 9 4000.0 0 R 2 1 11 W 1 1 A 0 F 2 10 11"
     assert len(lines) == 5 + 10
     with pytest.raises(Exception, match="no durations for gh300"):
         replay.write_script(tiny_trace(), "gh300", path)
@@ -49,6 +50,25 @@ def test_only_optimizer_state_is_kept_for_the_next_step():
     kept = replay.kept_storages(trace)
     sizes = {sid: nbytes for op in trace.ops for sid, nbytes in op.allocs}
     assert sorted(sizes[sid] for sid in kept) == [32, 128]
+
+
+def test_making_optimizer_state_happens_in_the_first_step_only():
+    assert replay.first_step_only(tiny_trace()) == set()
+    trace = trace_step(lambda: torch.nn.Linear(4, 8), lambda: (torch.randn(3, 4),
+                                                               torch.randn(3, 8)),
+                       torch.nn.functional.mse_loss,
+                       lambda params: torch.optim.Adam(params, foreach=True),
+                       model_name="tiny-adam", input_desc="4", batch=3)
+    once = [trace.ops[i] for i in sorted(replay.first_step_only(trace))]
+    # Per parameter: exp_avg and exp_avg_sq (zeros_like), and the step counter lifted from a
+    # Python 0.0 (lift_fresh makes the scalar and the tensor; only the tensor is kept).
+    assert sorted(op.name for op in once) == ["aten.lift_fresh.default"] * 2 + [
+        "aten.zeros_like.default"] * 4
+    kept = replay.kept_storages(trace)
+    assert all(set(op.writes) <= kept for op in once)
+    # What Adam does with the state every step is not among them.
+    assert any(op.name.startswith("aten._foreach") for op in trace.ops
+               if op.id not in replay.first_step_only(trace))
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))

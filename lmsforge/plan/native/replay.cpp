@@ -67,6 +67,7 @@ struct Alloc {
 struct Op {
   int64_t id;
   double duration_ns;
+  bool first_step_only;  // makes optimizer state: a later step finds it and skips the operator
   std::vector<int64_t> reads, writes, frees;
   std::vector<Alloc> allocs;
 };
@@ -117,9 +118,11 @@ Script read_script(const std::string& path) {
       script.initial.emplace_back(id, bytes);
     } else if (kind == "op") {
       Op op;
-      if (!(in >> op.id >> op.duration_ns)) {
+      int once = 0;
+      if (!(in >> op.id >> op.duration_ns >> once)) {
         throw UsageError("replay script line " + std::to_string(line) + ": bad op");
       }
+      op.first_step_only = once != 0;
       op.reads = read_ids(in, "R", line);
       op.writes = read_ids(in, "W", line);
       std::string word;
@@ -316,6 +319,9 @@ class Replay {
         }
       }
       for (const Op& op : script_.ops) {
+        if (number > 0 && op.first_step_only) {
+          continue;
+        }
         current = op.id;
         run_op(op, number, figures);
       }
