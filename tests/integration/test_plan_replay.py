@@ -100,6 +100,22 @@ def test_the_tiny_step_takes_the_blocks_counted_by_hand(program, tmp_path):
         assert done.step_ms == pytest.approx(0.040, abs=0.005)
 
 
+def test_the_second_step_finds_the_optimizer_state_of_the_first(program, tmp_path):
+    trace = trace_step(lambda: torch.nn.Linear(4, 8),
+                       lambda: (torch.randn(3, 4), torch.randn(3, 8)),
+                       torch.nn.functional.mse_loss,
+                       lambda params: torch.optim.Adam(params, foreach=True),
+                       model_name="tiny-adam", input_desc="4", batch=3)
+    once = replay.first_step_only(trace)
+    done = run(program, trace, tmp_path, "lms:True")
+    assert done.completed and done.data_ok
+    # The second step skips the operators that made the state, and no more.
+    assert len(done.allocated_after_op) == len(trace.ops) - len(once) > 0
+    # It starts with weight, bias, input and target, Adam's two moments of each parameter and
+    # their two step counters: 10 blocks of 512 B, and the first operator's output.
+    assert done.allocated_after_op[0] == 11 * 512
+
+
 def test_a_chain_under_a_limit_pages_what_was_counted_by_hand(program, tmp_path):
     trace = chain()
     assert trace.peak_live_bytes() == 11 * 32 * MiB
