@@ -378,6 +378,10 @@ class Replay {
   }
 
   void create(int64_t id, size_t bytes) {
+    if (live_.count(id) != 0) {  // ids are never reused within a trace
+      throw CheckFailed("storage " + std::to_string(id) + " is made again while it lives: " +
+                        "the script's kept storages are wrong");
+    }
     live_[id].storage = c10::make_intrusive<c10::StorageImpl>(
         c10::StorageImpl::use_byte_size_t(), c10::SymInt(static_cast<int64_t>(bytes)),
         Caching::get(), /*resizable=*/false);
