@@ -151,6 +151,13 @@ def answer_lines(plan: Plan) -> list[str]:
              f"  without LMS it needs {gib(without.peak_allocated)} (peak allocated); LMS limit "
              f"{gib(run.lms_limit)}, peak {gib(run.peak_allocated)} allocated; bandwidth bound "
              f"{plan.bound_ms(run):.1f} ms (efficiency {plan.bound_ms(run) / run.step_ms:.2f})"]
+    s = run.stats
+    lines.append(f"  LMS per step (memory_stats()): {s.get('reclaimed', 0)} page-outs "
+                 f"({s.get('clean_reclaims', 0)} clean, {s.get('paged_out_ahead', 0)} ahead of "
+                 f"need), {s.get('paged_in', 0)} page-ins ({s.get('prefetched', 0)} prefetched: "
+                 f"{s.get('prefetch_hits', 0)} hits, {s.get('prefetch_wasted', 0)} wasted), "
+                 f"{s.get('page_out_waits', 0)} page-out waits, page_in_wait_us "
+                 f"{s.get('page_in_wait_us', 0)}")
     if len(plan.tried) > 1:
         lines.append(f"  settings: PYTORCH_CUDA_ALLOC_CONF={run.alloc_conf} (best of "
                      f"{len(plan.tried)} tried; the defaults: {defaults.step_ms:.1f} ms)")

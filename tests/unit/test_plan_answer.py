@@ -136,6 +136,9 @@ def test_the_three_answers():
     defaults = replayed(tune.BASE, ms=300.0, limit=75 * GiB)
     best = replayed("lms:True,lms_swapin_ahead:0", ms=250.0, out=11 * GiB, into=12 * GiB,
                     allocated=74 * GiB, limit=75 * GiB)
+    best.stats.update({"reclaimed": 12, "clean_reclaims": 1, "paged_out_ahead": 9,
+                       "paged_in": 12, "prefetched": 0, "page_out_waits": 3,
+                       "page_in_wait_us": 4000})
     lms = a_plan(replayed("", ms=100.0, allocated=100 * GiB, reserved=101 * GiB),
                  [defaults, best], best)
     assert lms.verdict == "fits-with-lms"
@@ -145,7 +148,10 @@ def test_the_three_answers():
     # The bound: 12 GiB in at 55 GB/s is 234.3 ms, more than the compute.
     assert lms.bound_ms(best) == pytest.approx(12 * GiB / 55e9 * 1e3)
     assert "efficiency 0.94" in lines[2]
-    assert lines[3].startswith("  settings: PYTORCH_CUDA_ALLOC_CONF=lms:True,lms_swapin_ahead:0 "
+    assert lines[3] == ("  LMS per step (memory_stats()): 12 page-outs (1 clean, 9 ahead of "
+                        "need), 12 page-ins (0 prefetched: 0 hits, 0 wasted), 3 page-out waits, "
+                        "page_in_wait_us 4000")
+    assert lines[4].startswith("  settings: PYTORCH_CUDA_ALLOC_CONF=lms:True,lms_swapin_ahead:0 "
                                "(best of 2 tried; the defaults: 300.0 ms)")
 
     failed = replayed(tune.BASE, completed=False, limit=75 * GiB, oom_op=0)
