@@ -18,14 +18,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lmsforge.errors import CheckFailed
 from lmsforge.plan import replay, tune
 from lmsforge.plan.profiles import Profile
 from lmsforge.plan.trace_format import Trace
 
 GIB = 1 << 30
 # The roomy device of step 1: twice the traced peak and this much more, so that the caching
-# allocator's rounding and cached blocks never meet its capacity.
+# allocator's rounding and cached blocks never meet its capacity (a step after the first also
+# holds the optimizer state it made: if that is not room enough, four times more, up to
+# ROOM_LIMIT, which sparse data makes cheap for this host).
 ROOM_BYTES = 2 * GIB
+ROOM_LIMIT = 4 << 40  # the simulator reserves 8 times the capacity in addresses
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,13 @@ def make_plan(trace: Trace, gpu: Profile, program: Path, work: Path, *,
 
     room = max(memory, 2 * trace.peak_live_bytes() + ROOM_BYTES)
     without = run("without-lms", "", room)
+    while not without.completed and room < ROOM_LIMIT:  # steady state far above the first step
+        room *= 4
+        without = run("without-lms", "", room)
+    if not without.completed:
+        raise CheckFailed(f"the replay of {trace.model} without LMS ran out of memory on a "
+                          f"simulated device of {room / GIB:.0f} GiB ({without.oom}); its runs "
+                          f"are in {work}")
     plan = Plan(trace, gpu, memory, largest_operator(trace), without, None)
     if without.peak_allocated <= memory < without.peak_reserved:
         plan.on_gpu = run("without-lms-on-gpu", "", memory)
