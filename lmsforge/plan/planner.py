@@ -192,7 +192,13 @@ def to_json(plan: Plan) -> dict[str, object]:
     t = plan.trace
     chosen = plan.chosen
     return {
-        "simulated": True, "gpu": plan.gpu.name, "model": t.model, "input": t.input,
+        "simulated": True,
+        "timing": {"clock": "virtual (lmsforge's simulated CUDA runtime)",
+                   "kernels": "the trace's roofline per operator",
+                   "link_gbps": {"h2d": plan.gpu.h2d_bytes_per_s / 1e9,
+                                 "d2h": plan.gpu.d2h_bytes_per_s / 1e9,
+                                 "duplex": plan.gpu.duplex_bytes_per_s / 1e9}},
+        "gpu": plan.gpu.name, "model": t.model, "input": t.input,
         "batch": t.batch, "dtype": t.dtype, "device_memory_bytes": plan.device_memory,
         "verdict": plan.verdict,
         "traced_peak_bytes": t.peak_live_bytes(),
