@@ -140,6 +140,27 @@ def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
+def _fake_model(build_model: Callable[[], torch.nn.Module],
+                fake_mode: FakeTensorMode) -> torch.nn.Module:
+    """The model with fake parameters and buffers. Built inside the fake mode, so that a model
+    of any size costs nothing; but some initialisers read values (torch.nn.init.trunc_normal_
+    asks `mask.any()`, as ViTs use it), which fake tensors cannot answer: such a model is built
+    for real on the CPU, which costs its parameters' memory, and its tensors are made fake."""
+    try:
+        with fake_mode:
+            return build_model()
+    except UNTRACEABLE:
+        pass
+    model = build_model()
+    overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
+    # New Parameter objects: a fake tensor cannot be assigned to a real parameter's .data.
+    torch.__future__.set_overwrite_module_params_on_conversion(True)
+    try:
+        return model._apply(fake_mode.from_tensor)
+    finally:
+        torch.__future__.set_overwrite_module_params_on_conversion(overwrite)
+
+
 def trace_step(build_model: Callable[[], torch.nn.Module],
                make_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
                loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -148,11 +169,12 @@ def trace_step(build_model: Callable[[], torch.nn.Module],
                dtype: str = "float32", profiles: list[str] | None = None) -> Trace:
     """One step of MODEL on fake tensors: forward, loss, backward, optimizer step, then the
     gradients' release by zero_grad(). The model, batch and optimizer are built inside the fake
-    mode, so a model of any size costs nothing."""
+    mode, so a model of any size costs nothing (but see _fake_model)."""
     names = list(PROFILES) if profiles is None else profiles
     chosen = [profile(n) for n in names]  # an unknown name is refused before any work
-    with FakeTensorMode():
-        model = build_model()
+    fake_mode = FakeTensorMode()
+    model = _fake_model(build_model, fake_mode)
+    with fake_mode:
         inputs, target = make_batch()
         optimizer = make_optimizer(list(model.parameters()))
         recorder = StepRecorder(model_name)
