@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.nn import functional
+from torch.utils._pytree import tree_flatten
 
 from lmsforge.errors import UsageError
 from lmsforge.plan import models
@@ -53,26 +54,39 @@ def _classifier_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor
     return functional.cross_entropy(output, target)
 
 
+def _any_output_loss(output, target: torch.Tensor) -> torch.Tensor:
+    """A loss for whatever a model returns: every tensor in it (Inception's and GoogLeNet's
+    auxiliary logits beside the main ones, as torchvision's training adds them), a 2-D one
+    (batch, classes) by cross-entropy against random classes, any other by the mean of its
+    square: the loss's own memory is small next to the model's either way."""
+    tensors = [t for t in tree_flatten(output)[0]
+               if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    if not tensors:
+        raise UsageError(f"the model returned no floating-point tensor to train "
+                         f"({type(output).__name__})")
+    total = None
+    for tensor in tensors:
+        if tensor.dim() == 2 and tensor.shape[0] == target.shape[0]:
+            part = functional.cross_entropy(tensor, target % tensor.shape[1])
+        else:
+            part = tensor.float().square().mean()
+        total = part if total is None else total + part
+    return total
+
+
 def _image_spec(name: str, build, shape: tuple[int, ...], batch: int, optimizer: str,
                 classes: int = 1000) -> StepSpec:
     return StepSpec(name, "x".join(map(str, shape)), batch, build,
                     lambda: (torch.randn(batch, *shape), torch.randint(0, classes, (batch,))),
-                    _classifier_loss, optimizer_factory(optimizer))
+                    _any_output_loss, optimizer_factory(optimizer))
 
 
 def _user_spec(name: str, build, shape: tuple[int, ...], batch: int,
                optimizer: str) -> StepSpec:
-    """A model of the user's: one float input of SHAPE per sample. A 2-D output (N, classes) is
-    trained with cross-entropy against random classes, anything else with the mean of its
-    square: the loss's own memory is small next to the model's either way."""
-    def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        if output.dim() == 2:
-            return functional.cross_entropy(output, target % output.shape[1])
-        return output.float().square().mean()
-
+    """A model of the user's: one float input of SHAPE per sample, _any_output_loss."""
     return StepSpec(name, "x".join(map(str, shape)), batch, build,
                     lambda: (torch.randn(batch, *shape), torch.randint(0, 1 << 30, (batch,))),
-                    loss, optimizer_factory(optimizer))
+                    _any_output_loss, optimizer_factory(optimizer))
 
 
 def _torchvision_builder(name: str):
@@ -144,7 +158,9 @@ def _built_in(model: str, shape: tuple[int, ...], meaning: str, batch: int,
     if model == "resnet50":
         if len(shape) != 3 or shape[0] != 3:
             raise UsageError(f"--input for resnet50 is {meaning} with C = 3, e.g. 3x2048x2048")
-        return _image_spec("resnet50", models.bottleneck_resnet, shape, batch, optimizer)
+        return StepSpec("resnet50", "x".join(map(str, shape)), batch, models.bottleneck_resnet,
+                        lambda: (torch.randn(batch, *shape), torch.randint(0, 1000, (batch,))),
+                        _classifier_loss, optimizer_factory(optimizer))
     if model == "unet3d":
         if len(shape) != 4 or shape[0] != 1 or any(side % 8 for side in shape[1:]):
             raise UsageError(f"--input for unet3d is {meaning} with C = 1 and sides that are "

@@ -37,6 +37,9 @@ from lmsforge.plan.trace_format import Op, Storage, Trace
 
 UNTRACEABLE = (DataDependentOutputException, DynamicOutputShapeException,
                UnsupportedOperatorException)
+# What a model raises for an input or a loss it cannot take (a picture too small for its
+# pooling, a shape its layers refuse): the user's to fix, said in one line.
+MODEL_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, AssertionError)
 
 
 def _tensors(tree) -> list[torch.Tensor]:
@@ -182,10 +185,15 @@ def trace_step(build_model: Callable[[], torch.nn.Module],
         recorder.register(list(model.buffers()), "buffer")
         recorder.register([inputs, target], "input")
         with recorder:
-            loss = loss_fn(model(inputs), target)
-            loss.backward()
-            del loss
-            optimizer.step()
+            try:
+                loss = loss_fn(model(inputs), target)
+                loss.backward()
+                del loss
+                optimizer.step()
+            except MODEL_ERRORS as err:  # the model's own: an input it refuses, say
+                first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                raise UsageError(f"cannot trace {model_name}: the step raised "
+                                 f"{type(err).__name__}: {first}") from None
             # The next step's zero_grad() (set_to_none, PyTorch 2's default) frees the
             # gradients before its forward: recorded here, after the last operator, so that
             # what a step leaves alive is what the next one starts with (optimizer state).

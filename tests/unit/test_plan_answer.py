@@ -186,3 +186,25 @@ def test_words_name_the_model():
 def test_bad_words_are_one_line(words, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace("[", r"\[")):
         spec.resolve(*words)
+
+
+class WithAuxiliary(torch.nn.Module):
+    """Returns its logits and auxiliary logits, as torchvision's Inception v3 and GoogLeNet do
+    in training."""
+
+    def __init__(self):
+        super().__init__()
+        self.main, self.aux = torch.nn.Linear(4, 10), torch.nn.Linear(4, 10)
+
+    def forward(self, x):
+        return {"logits": self.main(x), "aux_logits": self.aux(x)}
+
+
+def test_every_output_of_a_model_is_trained():
+    step = spec._user_spec("aux", WithAuxiliary, (4,), 2, "sgd")
+    trace = trace_step(*step.step_args(), model_name=step.name, input_desc=step.input,
+                       batch=step.batch)
+    names = [op.name for op in trace.ops]
+    assert names.count("aten._log_softmax.default") == 2  # one cross-entropy per output
+    # Both linear layers get gradients and an SGD momentum buffer each.
+    assert names.count("aten.addmm.default") == 2

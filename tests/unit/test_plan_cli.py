@@ -28,6 +28,10 @@ def build():
 
 def not_a_model():
     return 42
+
+
+def narrow():
+    return torch.nn.Linear(4, 2)
 '''
 
 
@@ -66,3 +70,9 @@ def test_an_untraceable_model_gets_one_line_naming_the_operator(tmp_path, monkey
     result = lmsforge("plan", "--model", "picky_model_for_plan:not_a_model", "--input", "4")
     assert result.exit_code == 2
     assert "not_a_model() returned int, not a torch.nn.Module" in one_line_error(result)
+    # An input the model's own layers refuse: theirs to say, in one line.
+    result = lmsforge("plan", "--model", "picky_model_for_plan:narrow", "--input", "5")
+    assert result.exit_code == 2
+    assert one_line_error(result).startswith(
+        "lmsforge: error: cannot trace picky_model_for_plan:narrow: the step raised "
+        "RuntimeError: a and b must have same reduction dim, but got [1, 5] X [4, 2]")
