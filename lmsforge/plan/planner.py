@@ -39,21 +39,28 @@ class LargestOp:
     name: str
 
 
-def largest_operator(trace: Trace) -> LargestOp:
-    """The operator whose storages (read, written, made) take the most bytes: all of them must
-    be on the device while it runs, with or without LMS."""
+def operator_bytes(trace: Trace) -> list[int]:
+    """Per operator, the bytes of the storages it reads, writes and makes: all of them must be
+    on the device while it runs, with or without LMS."""
     sizes = {s.id: s.bytes for s in trace.initial}
-    best = LargestOp(0, -1, "")
+    needs = []
     for op in trace.ops:
         for sid, nbytes in op.allocs:
             sizes[sid] = nbytes
         used = set(op.reads) | set(op.writes) | {sid for sid, _ in op.allocs}
-        total = sum(sizes.get(sid, 0) for sid in used)
-        if total > best.bytes:
-            best = LargestOp(total, op.id, op.name)
+        needs.append(sum(sizes.get(sid, 0) for sid in used))
         for sid in op.frees:
             sizes.pop(sid, None)
-    return best
+    return needs
+
+
+def largest_operator(trace: Trace) -> LargestOp:
+    """The operator that needs the most bytes on the device at once (operator_bytes)."""
+    needs = operator_bytes(trace)
+    if not needs:
+        return LargestOp(0, -1, "")
+    op = max(range(len(needs)), key=lambda i: (needs[i], -i))  # the first of equals
+    return LargestOp(needs[op], trace.ops[op].id, trace.ops[op].name)
 
 
 @dataclass

@@ -8,7 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmsforge.errors import UsageError
-from lmsforge.plan.planner import GIB, Plan
+from lmsforge.plan import replay
+from lmsforge.plan.planner import GIB, Plan, operator_bytes
+
+
+def _needs(trace, op_id: int) -> int:
+    return operator_bytes(trace)[op_id]
 
 
 def write_png(plan: Plan, path: Path) -> None:
@@ -32,6 +37,16 @@ def write_png(plan: Plan, path: Path) -> None:
                         f"{chosen.step_ms:.1f} ms)")
         axes.axhline(chosen.lms_limit / GIB, color="tab:blue", linestyle=":",
                      label=f"LMS limit {chosen.lms_limit / GIB:.2f} GiB")
+    elif plan.tried and plan.tried[0].oom_op >= 0:  # does not fit: where LMS ran out
+        failed = plan.tried[0]
+        skipped = replay.first_step_only(t)  # not in the curve, which is a later step's
+        where = sum(1 for op in t.ops[:failed.oom_op] if op.id not in skipped)
+        axes.axvline(where, color="tab:blue", linestyle="-.",
+                     label=f"with LMS: out of memory at operator {failed.oom_op} "
+                           f"({t.ops[failed.oom_op].name}), which needs "
+                           f"{_needs(t, failed.oom_op) / GIB:.2f} GiB")
+        axes.axhline(failed.lms_limit / GIB, color="tab:blue", linestyle=":",
+                     label=f"LMS limit {failed.lms_limit / GIB:.2f} GiB")
     axes.axhline(plan.device_memory / GIB, color="black", linestyle="--",
                  label=f"{plan.gpu.name} memory {plan.device_memory / GIB:.2f} GiB")
     axes.set_xlabel(f"operator of a training step after the first ({len(without)} of the "

@@ -179,8 +179,10 @@ def test_plan_answers_the_three_ways_with_json_and_a_plot(program, real_cache_di
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # 100 MiB: less than the largest operator, a convolution's backward, needs.
-    none = lmsforge(*base, "--gpu-memory", "100M", "--no-search")
+    none = lmsforge(*base, "--gpu-memory", "100M", "--no-search", "--plot",
+                    str(tmp_path / "none.png"))
     assert none.exit_code == 0, none.output
+    assert (tmp_path / "none.png").read_bytes()[:4] == b"\x89PNG"
     assert ("\ndoes not fit: the largest operator needs 0.16 GiB "
             "(aten.convolution_backward.default, operator 91)") in none.stdout
 
