@@ -161,6 +161,14 @@ def test_plan_answers_the_three_ways_with_json_and_a_plot(program, real_cache_di
     assert "\nfits without LMS: peak 0.51 GiB allocated" in fits.stdout
     assert "SIMULATED" in fits.stdout
 
+    # 560 MiB holds the 0.51 GiB of tensors but not the 0.60 GiB the allocator reserves with
+    # room to spare: on 560 MiB it gives cached blocks back and retries, and the step fits.
+    tight = json.loads(lmsforge(*base, "--gpu-memory", "560M", "--json").stdout)
+    assert tight["verdict"] == "fits" and tight["with_lms"] is None
+    assert tight["without_lms"]["peak_reserved_bytes"] > 560 * MiB
+    assert tight["without_lms_on_gpu"]["peak_reserved_bytes"] <= 560 * MiB
+    assert "reserved of 0.55 GiB" in tight["lines"][1]
+
     plot = tmp_path / "memory.png"
     with_lms = lmsforge(*base, "--gpu-memory", "400M", "--plot", str(plot), "--json")
     assert with_lms.exit_code == 0, with_lms.output
