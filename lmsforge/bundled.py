@@ -1,5 +1,5 @@
 """Where the files that ship beside the package live: the series (``patches/``), the recipes, the
-benchmarks and the GPU guide.
+benchmarks, the GPU guide and the Python packages the recipes ship (``packages/``).
 
 In a source checkout (``pip install -e .``, the README's way) they are the checkout's own folders
 next to ``lmsforge/``. A wheel cannot carry files outside its package, so its build copies them
@@ -15,7 +15,9 @@ from pathlib import Path
 PACKAGE_ROOT = Path(__file__).resolve().parent
 INSTALLED_ROOT = PACKAGE_ROOT / "_bundled"  # only in a wheel's install
 # What setup.py copies into a wheel; every entry is a path relative to the checkout's root.
-SHIPPED = ("patches", "recipes", "bench", "docs/gpu.md")
+# (packages/: the Python packages a framework recipe ships beside the framework, such as
+# tensorflow-large-model-support.)
+SHIPPED = ("patches", "recipes", "bench", "docs/gpu.md", "packages")
 
 
 def path(name: str) -> Path:

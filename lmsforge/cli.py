@@ -488,6 +488,51 @@ class NonEmpty(click.ParamType):
         return self.inner.shell_complete(ctx, param, incomplete)
 
 
+@main.command()
+@click.option("--model", "-m", required=True, metavar="MODEL",
+              help="resnet50, unet3d or gpt2-medium (built in), torchvision:NAME, or "
+                   "MODULE:FUNCTION (your function returning a torch.nn.Module).")
+@click.option("--input", "input_text", metavar="SHAPE",
+              help="One sample's shape, e.g. 3x2048x2048 (gpt2-medium: tokens) "
+                   "[default for the built-in models: 3x224x224, 1x64x64x64, 1024].")
+@click.option("--batch", "-b", type=int, metavar="N",
+              help="Batch size [default: 8, 2 or 4 for the built-in models, else 1].")
+@click.option("--gpu", "gpu_name", default="h100-pcie", show_default=True, metavar="PROFILE",
+              help="GPU profile: h100-pcie, a100-pcie, v100-power9, gh200.")
+@click.option("--gpu-memory", metavar="SIZE",
+              help="Device memory to plan for, e.g. 16G [default: the profile's].")
+@click.option("--optimizer", type=click.Choice(["sgd", "adam", "adamw"]),
+              help="[default: the built-in model's; SGD with momentum for others].")
+@click.option("--dtype", type=click.Choice(["float32", "tf32"]), default="float32",
+              show_default=True, help="Matmul precision for the kernels' roofline times.")
+@click.option("--plot", type=click.Path(path_type=Path), metavar="PNG",
+              help="Write memory over the step, with and without LMS, as a PNG.")
+@click.option("--no-search", "no_search", is_flag=True,
+              help="Replay LMS's default settings only (no search of the knobs).")
+@json_opt
+@click.pass_context
+def plan(ctx: click.Context, model: str, input_text: str | None, batch: int | None,
+         gpu_name: str, gpu_memory: str | None, optimizer: str | None, dtype: str,
+         plot: Path | None, no_search: bool, as_json: bool) -> None:
+    """Will MODEL train on a GPU, with LMS or without, and how fast? Simulated, no GPU needed.
+
+    Traces one training step on fake tensors and replays it through the v2.6.0 series' real
+    caching allocator and LMS on lmsforge's simulated CUDA runtime (the first run builds it).
+
+    Example: lmsforge plan --model resnet50 --input 3x2048x2048 --batch 16 --gpu h100-pcie
+
+    \b
+    More:
+      lmsforge plan --model gpt2-medium --gpu a100-pcie --gpu-memory 16G --plot mem.png
+      lmsforge plan --model torchvision:resnet152 --input 3x1024x1024 --batch 4 --json
+      lmsforge plan --model my_module:build_model --input 3x512x512
+    """
+    from lmsforge.commands import plan as command
+
+    _invoke(ctx, lambda opts: command.run(opts, model, input_text, batch, gpu_name, gpu_memory,
+                                          optimizer, dtype, plot, as_json, not no_search))
+
+
 def refuse_empty_values(command: click.Command) -> None:
     """Every string and path parameter of COMMAND and its subcommands refuses "" (the class of
     `-t ""` verifying every series and `--cache-dir ""` making the current folder the cache)."""

@@ -40,6 +40,7 @@ from lmsforge.errors import LmsforgeError, UsageError
 
 RECIPES_ROOT = bundled.path("recipes")
 HARNESS_DIR = Path(__file__).resolve().parents[1] / "verify" / "pytorch_c10"
+TFLMS_PACKAGE = "tensorflow-large-model-support"
 PLATFORMS = ("linux-64", "linux-ppc64le")
 PROFILES = {"pytorch": ("core", "full"), "tensorflow": ("full",)}
 # Keys each profile's matrix varies over (the rest of the variant file is passed through).
@@ -270,6 +271,8 @@ def _write_recipe(template_dir: Path, out_dir: Path, tag: str, tag_variants: Tag
         "lms_build_number": tag_variants.lms_build_number,
         "source_tree": json.dumps(str(source_tree.resolve())),
         "harness_dir": json.dumps(str(HARNESS_DIR)),
+        # TFLMSv2's user surface, shipped as its own noarch output of TensorFlow's recipe.
+        "tflms_package": json.dumps(str(bundled.path("packages") / TFLMS_PACKAGE)),
         "description": series.description(),
         "identity_json": json.dumps(identity, sort_keys=True).replace("'", "''"),
         "extra_yaml": "\n".join(f"    {k}: {json.dumps(str(v))}" for k, v in extra.items()),

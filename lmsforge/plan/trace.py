@@ -37,6 +37,9 @@ from lmsforge.plan.trace_format import Op, Storage, Trace
 
 UNTRACEABLE = (DataDependentOutputException, DynamicOutputShapeException,
                UnsupportedOperatorException)
+# What a model raises for an input or a loss it cannot take (a picture too small for its
+# pooling, a shape its layers refuse): the user's to fix, said in one line.
+MODEL_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, AssertionError)
 
 
 def _tensors(tree) -> list[torch.Tensor]:
@@ -140,18 +143,41 @@ def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
+def _fake_model(build_model: Callable[[], torch.nn.Module],
+                fake_mode: FakeTensorMode) -> torch.nn.Module:
+    """The model with fake parameters and buffers. Built inside the fake mode, so that a model
+    of any size costs nothing; but some initialisers read values (torch.nn.init.trunc_normal_
+    asks `mask.any()`, as ViTs use it), which fake tensors cannot answer: such a model is built
+    for real on the CPU, which costs its parameters' memory, and its tensors are made fake."""
+    try:
+        with fake_mode:
+            return build_model()
+    except UNTRACEABLE:
+        pass
+    model = build_model()
+    overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
+    # New Parameter objects: a fake tensor cannot be assigned to a real parameter's .data.
+    torch.__future__.set_overwrite_module_params_on_conversion(True)
+    try:
+        return model._apply(fake_mode.from_tensor)
+    finally:
+        torch.__future__.set_overwrite_module_params_on_conversion(overwrite)
+
+
 def trace_step(build_model: Callable[[], torch.nn.Module],
                make_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
                loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                make_optimizer: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer],
                *, model_name: str, input_desc: str, batch: int,
                dtype: str = "float32", profiles: list[str] | None = None) -> Trace:
-    """One step of MODEL on fake tensors: forward, loss, backward, optimizer step. The model,
-    batch and optimizer are built inside the fake mode, so a model of any size costs nothing."""
+    """One step of MODEL on fake tensors: forward, loss, backward, optimizer step, then the
+    gradients' release by zero_grad(). The model, batch and optimizer are built inside the fake
+    mode, so a model of any size costs nothing (but see _fake_model)."""
     names = list(PROFILES) if profiles is None else profiles
     chosen = [profile(n) for n in names]  # an unknown name is refused before any work
-    with FakeTensorMode():
-        model = build_model()
+    fake_mode = FakeTensorMode()
+    model = _fake_model(build_model, fake_mode)
+    with fake_mode:
         inputs, target = make_batch()
         optimizer = make_optimizer(list(model.parameters()))
         recorder = StepRecorder(model_name)
@@ -159,10 +185,19 @@ def trace_step(build_model: Callable[[], torch.nn.Module],
         recorder.register(list(model.buffers()), "buffer")
         recorder.register([inputs, target], "input")
         with recorder:
-            loss = loss_fn(model(inputs), target)
-            loss.backward()
-            del loss
-            optimizer.step()
+            try:
+                loss = loss_fn(model(inputs), target)
+                loss.backward()
+                del loss
+                optimizer.step()
+            except MODEL_ERRORS as err:  # the model's own: an input it refuses, say
+                first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                raise UsageError(f"cannot trace {model_name}: the step raised "
+                                 f"{type(err).__name__}: {first}") from None
+            # The next step's zero_grad() (set_to_none, PyTorch 2's default) frees the
+            # gradients before its forward: recorded here, after the last operator, so that
+            # what a step leaves alive is what the next one starts with (optimizer state).
+            optimizer.zero_grad(set_to_none=True)
         recorder.recording = False
     for op in recorder.ops:
         moved = op.bytes_read + op.bytes_written

@@ -220,6 +220,26 @@ def am(path: Path, patches: list[Path]) -> None:
     raise UsageError(describe_am_failure(failed, stderr))
 
 
+def carries(path: Path, base: str, patches: list[Path]) -> bool:
+    """Whether the work tree at PATH is BASE with PATCHES applied, committed and clean.
+
+    The expected tree is made in a scratch index (`git apply --cached`), so the check touches no
+    file: applying the series again would rewrite every patched file, and an incremental build
+    of the tree would then recompile everything that includes them."""
+    if not git.is_repo(path) or git.in_progress_operation(path):
+        return False
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        if git.run(["read-tree", base], path, env=env, check=False).returncode != 0:
+            return False
+        applied = git.run(["apply", "--cached", *(str(p.resolve()) for p in patches)], path,
+                          env=env, check=False) if patches else None
+        if applied is not None and applied.returncode != 0:
+            return False
+        expected = git.out(["write-tree"], path, env=env)
+    return expected == git.tree_of(path, "HEAD") and not git.is_dirty(path)
+
+
 def _failed_patch(path: Path, patches: list[Path]) -> Path | None:
     apply_dir = Path(git.out(["rev-parse", "--absolute-git-dir"], path)) / "rebase-apply"
     try:

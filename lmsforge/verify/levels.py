@@ -46,6 +46,9 @@ class LevelContext:
     jobs: int = 2
     say: Callable[[str], None] = print  # progress lines for the user
     sim_seeds: int = DEFAULT_SIM_SEEDS  # core-sim: run the CUDA tests under seeds 1..sim_seeds
+    # core-sim: only these CUDA tests ("Suite.Test"), without the benchmarks, as a mutation check
+    # runs the tests that must catch it; such a run can fail the level but never pass it.
+    sim_tests: tuple[str, ...] = ()
 
     def log_path(self, level: str) -> Path:
         self.work_dir.mkdir(parents=True, exist_ok=True)

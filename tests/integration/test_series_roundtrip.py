@@ -231,3 +231,25 @@ def test_malformed_manifest_names_the_line(toy_series, tmp_path):
     result = cli(toy_series, "verify", "-f", "toy", "-t", "v1.0.0")
     assert result.exit_code == 2
     assert "series.yaml is not valid YAML at line" in one_line_error(result)
+
+
+def test_carries_says_whether_a_tree_holds_the_series_exactly(toy_series):
+    """`lmsforge plan` builds the cache's tree as it is when it carries the series (re-applying
+    would touch every patched file and make the incremental build recompile them)."""
+    from lmsforge.series import manifest, worktree
+
+    tree = toy_series["tree"]
+    base = git(tree, "rev-parse", "v1.0.0")
+    patches = manifest.load(toy_series["series"]).paths()
+    assert worktree.carries(tree, base, patches)
+    assert not worktree.carries(tree, base, patches[:-1])  # a patch short
+    assert not worktree.carries(tree, git(tree, "rev-parse", "HEAD~1"), patches)  # another base
+    target = next(p for p in sorted(tree.rglob("*")) if p.is_file() and ".git" not in p.parts)
+    target.write_text(target.read_text() + "edited\n")
+    assert not worktree.carries(tree, base, patches)  # an uncommitted change
+    git(tree, "checkout", "--", str(target.relative_to(tree)))
+    (tree / "untracked.txt").write_text("x")
+    assert not worktree.carries(tree, base, patches)
+    (tree / "untracked.txt").unlink()
+    assert worktree.carries(tree, base, patches)
+    assert not worktree.carries(tree.parent / "no-such-tree", base, patches)

@@ -270,7 +270,8 @@ def _run_example(venv: Path, name: str, *args: str, cwd: Path):
     return run_tflms(venv, script, cwd=cwd)
 
 
-@pytest.mark.parametrize("name", ["keras_synthetic_lms.py", "estimator_lms.py"])
+@pytest.mark.parametrize("name", ["keras_synthetic_lms.py", "estimator_lms.py",
+                                  "session_lms.py", "keras_mnist_lms.py"])
 def test_examples_stop_at_the_lms_switch_on_stock_tensorflow(venv: Path, tmp_path: Path,
                                                              name: str) -> None:
     args = ["--lms"] if name.startswith("keras") else []
@@ -287,3 +288,24 @@ def test_keras_example_trains_without_lms_on_stock_tensorflow(venv: Path, tmp_pa
                        cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert "at 32x32, batch 2, LMS off: loss" in ran.stdout
+
+
+def test_session_example_trains_without_lms_on_stock_tensorflow(venv: Path,
+                                                                tmp_path: Path) -> None:
+    ran = _run_example(venv, "session_lms.py", "--no-lms", "--image-size", "32", "--steps", "2",
+                       cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert "trained 2 steps at 32x32, batch 4, LMS off: loss" in ran.stdout
+
+
+def test_mnist_example_trains_on_synthetic_images_and_refuses_a_missing_file(
+        venv: Path, tmp_path: Path) -> None:
+    ran = _run_example(venv, "keras_mnist_lms.py", "--synthetic", "--limit", "64",
+                       "--batch-size", "32", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert "trained 1 epoch(s) on 64 synthetic images, batch 32, LMS off: test loss" in ran.stdout
+    missing = tmp_path / "missing.npz"
+    ran = _run_example(venv, "keras_mnist_lms.py", "--data", str(missing), cwd=tmp_path)
+    assert ran.returncode == 2
+    assert ran.stderr.strip().splitlines()[-1].startswith("error: could not load MNIST (")
+    assert ran.stderr.strip().endswith("pass --data mnist.npz, or --synthetic")

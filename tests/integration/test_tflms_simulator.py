@@ -70,6 +70,26 @@ SCRIPT = textwrap.dedent('''
         out["keras_unknown_error"] = None
     except ValueError as error:
         out["keras_unknown_error"] = str(error)
+    # Labels of a sparse loss are class indices, (batch,) integers, not shaped like the output.
+    def classifier(loss):
+        inputs = tf.keras.layers.Input((32,))
+        logits = tf.keras.layers.Dense(10)(tf.keras.layers.Dense(64, activation="relu")(inputs))
+        classifier = tf.keras.Model(inputs, logits)
+        classifier.compile(optimizer="adam", loss=loss)
+        return classifier
+    out["sparse_ops"] = {}
+    for name, loss in [("name", "sparse_categorical_crossentropy"),
+                       ("object", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)),
+                       ("dense", "categorical_crossentropy")]:
+        traced = graph.model_graph(classifier(loss), batch_size=16)
+        out["sparse_ops"][name] = [op.type for op in traced.ops]
+    odd = classifier(lambda y, p: tf.reduce_sum(tf.gather(p, tf.cast(y[:, :, 0], tf.int32),
+                                                          batch_dims=1)))
+    try:
+        graph.model_graph(odd, batch_size=4)
+        out["untraceable_error"] = None
+    except ValueError as error:
+        out["untraceable_error"] = str(error)
     keras = graph.model_graph(model, batch_size=8)
     peak = simulator.simulate(keras, 2**40).peak_bytes_without_lms
     out["keras_peak"] = peak
@@ -142,6 +162,20 @@ def test_an_unknown_batch_needs_batch_size(findings: dict) -> None:
         assert message and "\n" not in message and "batch_size" in message
     # With batch_size=100 the [None, 10] input is 4000 B and x * 2.0 another 4000 B.
     assert 8000 <= findings["batch_peak"] <= 8012
+
+
+def test_a_sparse_loss_traces_with_class_index_labels(findings: dict) -> None:
+    ops = findings["sparse_ops"]
+    # Both spellings of the sparse loss trace its own kernel; the dense loss traces another.
+    assert all("SparseSoftmaxCrossEntropyWithLogits" in ops[name] for name in ("name", "object"))
+    assert "SparseSoftmaxCrossEntropyWithLogits" not in ops["dense"]
+
+
+def test_an_untraceable_step_is_one_line(findings: dict) -> None:
+    error = findings["untraceable_error"]
+    assert error is not None and "\n" not in error
+    assert error.startswith("the training step of this Keras model could not be traced (")
+    assert "Index out of range" in error
 
 
 def test_lms_is_not_necessary_when_the_step_fits(findings: dict) -> None:

@@ -19,7 +19,7 @@ import pytest
 import wheel_site
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED_BESIDE = ("patches", "recipes", "bench", "docs/gpu.md")
+SHIPPED_BESIDE = ("patches", "recipes", "bench", "docs/gpu.md", "packages")
 
 
 def _tracked(*paths: str) -> list[str]:

@@ -15,7 +15,7 @@ from lmsforge.errors import UsageError
 from lmsforge.frameworks import pytorch
 from lmsforge.verify.levels import FAIL, SKIPPED, LevelContext, have_cuda_device
 from lmsforge.verify.pytorch_c10 import build, inputs
-from lmsforge.verify.pytorch_c10.gtest import GtestReport, parse_gtest_json
+from lmsforge.verify.pytorch_c10.gtest import GtestReport, one_line, parse_gtest_json
 
 # Real `--gtest_output=json:` of googletest 1.12.1 (Debian) for a file with one passing, one
 # skipped, one failing and one disabled test.
@@ -67,7 +67,14 @@ CUDA_CMAKE_MACROS_IN = "#pragma once\n#cmakedefine C10_CUDA_BUILD_SHARED_LIBS\n"
 def test_gtest_report_counts_every_outcome():
     assert parse_gtest_json(GTEST_MIXED) == GtestReport(
         passed=1, failed=1, skipped=1, disabled=1, failures=("LargeModelSupportSmoke.Fails",),
-        skips=("LargeModelSupportSmoke.Skipped",))
+        skips=("LargeModelSupportSmoke.Skipped",),
+        first_failure="c10/test/core/LargeModelSupportSmoke_test.cpp:18 Expected equality of "
+                      "these values: 1 2 deliberate failure")
+
+
+def test_a_long_failure_message_is_cut_to_one_line():
+    folded = one_line("a.cpp:1\n" + "x" * 500, limit=40)
+    assert "\n" not in folded and len(folded) == 40 and folded.startswith("a.cpp:1 xxx")
 
 
 def test_gtest_report_of_an_empty_run_is_all_zero():

@@ -7,7 +7,7 @@ import pytest
 from fixtures import lmsforge, one_line_error, snapshot
 
 COMMANDS = ["list", "fetch", "apply", "verify", "export", "status", "port", "render", "build",
-            "test", "publish", "doctor", "bundle"]
+            "test", "publish", "doctor", "bundle", "plan"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

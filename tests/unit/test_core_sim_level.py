@@ -175,3 +175,17 @@ def test_a_bad_fuzzer_setting_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("LMS_FUZZ_MINUTES", value)
     with pytest.raises(UsageError, match="LMS_FUZZ_MINUTES"):
         sim_level.env_for(1)
+
+
+def test_a_run_of_some_tests_only_never_passes_the_level() -> None:
+    result = sim_level.judge([_seed(1, passed=2), _seed(2, passed=2)], [], BUILT, "log",
+                             only=("A.B", "A.C"))
+    assert result.status == SKIPPED
+    assert result.detail.startswith("only the 2 CUDA tests asked for ran, and passed")
+
+
+def test_a_run_of_some_tests_fails_the_level_when_one_fails() -> None:
+    result = sim_level.judge([_seed(1, passed=1, failures=("A.B",))], [], BUILT, "log",
+                             only=("A.B", "A.C"))
+    assert result.status == FAIL
+    assert "replay: " in result.detail and "--gtest_filter=A.B" in result.detail

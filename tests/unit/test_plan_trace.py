@@ -44,7 +44,7 @@ def test_tiny_step_is_counted_by_hand():
         ("aten.mm.default", [[10, 128]], []),                     # weight gradient
         ("aten.sum.dim_IntList", [[11, 32]], [9, 7, 6]),          # bias gradient; del loss
         ("aten.add_.Tensor", [], []),                             # SGD updates in place
-        ("aten.add_.Tensor", [], []),
+        ("aten.add_.Tensor", [], [10, 11]),                       # zero_grad(): grads go
     ]
     assert trace.ops[0].reads == [1, 2, 0] and trace.ops[0].writes == [4]
     assert trace.ops[8].reads == [0, 10] and trace.ops[8].writes == [0]
@@ -159,3 +159,28 @@ def test_traced_peak_agrees_with_a_real_cpu_step():
     measured = cpu_step_peak(*mlp_step())
     assert traced.peak_live_bytes() > 10 * 2**20  # about 10 MiB: AdamW state and activations
     assert measured == pytest.approx(traced.peak_live_bytes(), rel=0.01)
+
+
+class TruncatedInit(torch.nn.Module):
+    """Initialised as ViTs are: torch.nn.init.trunc_normal_ asks `mask.any()`, a value fake
+    tensors do not have."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 8)
+        torch.nn.init.trunc_normal_(self.linear.weight, std=0.02)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def test_a_model_whose_initialisation_reads_values_is_traced():
+    trace = trace_step(TruncatedInit, lambda: (torch.randn(3, 4), torch.randn(3, 8)),
+                       torch.nn.functional.mse_loss,
+                       lambda params: torch.optim.SGD(params, lr=0.1),
+                       model_name="truncated", input_desc="4", batch=3)
+    # Built on the CPU, then made fake: the same storages as the plain Linear step.
+    assert [(s.bytes, s.kind) for s in trace.initial] == [
+        (128, "param"), (32, "param"), (48, "input"), (96, "input")]
+    assert trace.ops[0].name == "aten.addmm.default"
+    assert torch.__future__.get_overwrite_module_params_on_conversion() is False

@@ -49,8 +49,29 @@ def test_tensorflow_full_renders_every_variant(tmp_path, platform):
     result = _render(tmp_path, TENSORFLOW, "full", platform)
     assert {c["python"] for c in result.matrix} == {"3.9", "3.10", "3.11"}
     assert {c["cuda_version"] for c in result.matrix} == {"None", "11.8"}
+    tflms = set()
     for outputs in result.outputs:
-        assert {o.name for o in outputs} == {"tensorflow-base", "tensorflow"}
+        names = {o.name: o for o in outputs}
+        assert set(names) == {"tensorflow-base", "tensorflow", "tensorflow-large-model-support"}
+        tflms.add(names["tensorflow-large-model-support"].build_string)
+    # TFLMSv2's surface is one noarch package for every variant (pure Python, no CUDA offset).
+    [build_string] = tflms
+    assert build_string.startswith("pyh") and build_string.endswith("_1000")
+
+
+def test_tensorflow_ships_tflmsv2s_package_from_the_checkout(tmp_path):
+    result = _render(tmp_path, TENSORFLOW, "full", "linux-64")
+    recipe = yaml.safe_load(result.recipe_file.read_text())
+    outputs = {o["package"]["name"]: o for o in recipe["outputs"]}
+    tflms = outputs["tensorflow-large-model-support"]
+    assert tflms["build"]["noarch"] == "python"
+    [script] = tflms["build"]["script"]
+    package = Path(json.loads(script.split("pip install ", 1)[1].split(" --no-deps")[0]))
+    assert (package / "pyproject.toml").is_file()
+    assert (package / "tensorflow_large_model_support" / "lms.py").is_file()
+    # `conda install tensorflow` brings it: the meta-package pins the one built beside it.
+    assert "${{ pin_subpackage('tensorflow-large-model-support', exact=True) }}" in \
+        outputs["tensorflow"]["requirements"]["run"]
 
 
 @pytest.mark.parametrize("platform", recipes.PLATFORMS)

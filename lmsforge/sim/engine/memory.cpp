@@ -43,13 +43,20 @@ uint64_t poison_word(uint64_t salt) {
   return word ^ 0x8040201008040201ULL;
 }
 
+bool sparse_data() {
+  return settings().sparse_data;
+}
+
 void fill_poison(uint8_t* bytes, size_t count, uint64_t salt) {
   uint64_t word = poison_word(salt);
-  size_t words = count / sizeof(word);
-  for (size_t i = 0; i < words; ++i) {
-    std::memcpy(bytes + i * sizeof(word), &word, sizeof(word));
-  }
-  std::memcpy(bytes + words * sizeof(word), &word, count % sizeof(word));
+  for_each_window(count, [&](size_t offset, size_t length) {
+    uint8_t* to = bytes + offset;
+    size_t words = length / sizeof(word);
+    for (size_t i = 0; i < words; ++i) {
+      std::memcpy(to + i * sizeof(word), &word, sizeof(word));
+    }
+    std::memcpy(to + words * sizeof(word), &word, length % sizeof(word));
+  });
 }
 
 DeviceArena::DeviceArena(int device, size_t capacity)
@@ -191,8 +198,9 @@ Status PinnedHost::allocate(size_t bytes, int device, void** out) {
     }
     used_ += rounded;
   }
-  void* address = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
+  // Under sparse data most of it is never touched: reserve no swap for it.
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | (sparse_data() ? MAP_NORESERVE : 0);
+  void* address = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, flags, -1, 0);
   std::lock_guard<std::mutex> guard(mutex_);
   if (address == MAP_FAILED) {
     used_ -= rounded;

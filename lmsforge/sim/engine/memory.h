@@ -87,4 +87,29 @@ class PinnedHost {
 uint64_t poison_word(uint64_t salt);
 void fill_poison(uint8_t* bytes, size_t count, uint64_t salt);
 
+// Sparse data (LMS_SIM_SPARSE_DATA=1), for replaying a model at a GPU's full size on a host
+// with far less memory (lmsforge plan): copies, memsets and poison touch only the first
+// kSparseWindow bytes of every kSparseStride bytes of their range, counted from the range's
+// start, so a host page in 256 is ever touched. A program that writes and checks the same
+// windows of each buffer, and copies buffers from their start (as LMS pages storages), still
+// sees every missing or misordered copy; any other byte it reads is undefined. Virtual time is
+// unchanged: operations are timed by their full size.
+constexpr size_t kSparseStride = size_t(1) << 20;
+constexpr size_t kSparseWindow = 64;
+
+bool sparse_data();
+
+// Calls visit(offset, length) for each byte range of [0, bytes) that a data operation moves:
+// all of it, or its sample windows under sparse data.
+template <typename Visit>
+void for_each_window(size_t bytes, Visit visit) {
+  if (!sparse_data()) {
+    visit(size_t(0), bytes);
+    return;
+  }
+  for (size_t offset = 0; offset < bytes; offset += kSparseStride) {
+    visit(offset, bytes - offset < kSparseWindow ? bytes - offset : kSparseWindow);
+  }
+}
+
 } // namespace lms_sim

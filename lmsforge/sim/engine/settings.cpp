@@ -74,6 +74,7 @@ Settings read_settings() {
   s.trace = read_unsigned("LMS_SIM_TRACE", 0, 0, 1) == 1;
   const char* calibration = std::getenv("LMS_SIM_CALIBRATION");
   s.calibration_file = calibration != nullptr ? calibration : "";
+  s.sparse_data = read_unsigned("LMS_SIM_SPARSE_DATA", 0, 0, 1) == 1;
   return s;
 }
 

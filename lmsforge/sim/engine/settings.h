@@ -18,6 +18,7 @@ struct Settings {
   double spin_scale;           // LMS_SIM_SPIN_SCALE, factor on "sleep" kernel durations, default 1
   bool trace;                  // LMS_SIM_TRACE=1: one stderr line per executed operation
   std::string calibration_file;  // LMS_SIM_CALIBRATION: costs that override the H100's
+  bool sparse_data;            // LMS_SIM_SPARSE_DATA=1: data moves in sample windows only
 };
 
 // Read on first use; a malformed variable aborts naming it (a silently

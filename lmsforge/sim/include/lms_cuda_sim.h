@@ -45,6 +45,13 @@ const char* lmsSimCalibration(void);
 // NULL when that range is not allocated. Only valid inside a host kernel.
 void* lmsSimDeviceBytes(const void* ptr, size_t bytes);
 
+// Under LMS_SIM_SPARSE_DATA=1 (README.md, "Settings") copies, memsets and
+// fresh memory's poison touch only the first LMS_SIM_SPARSE_WINDOW bytes of
+// every LMS_SIM_SPARSE_STRIDE bytes of their range, counted from its start:
+// the bytes a host kernel may rely on in that mode.
+#define LMS_SIM_SPARSE_STRIDE ((size_t)1 << 20)
+#define LMS_SIM_SPARSE_WINDOW ((size_t)64)
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,6 +2,7 @@
 
 #include "api.h"
 #include "calibration.h"
+#include "memory.h"
 
 #include <lms_cuda_sim.h>
 
@@ -10,6 +11,9 @@
 #include <vector>
 
 using namespace lms_sim;
+
+static_assert(LMS_SIM_SPARSE_STRIDE == kSparseStride && LMS_SIM_SPARSE_WINDOW == kSparseWindow,
+              "lms_cuda_sim.h must name the windows the engine moves");
 
 extern "C" {
 

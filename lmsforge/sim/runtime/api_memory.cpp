@@ -39,6 +39,12 @@ constexpr size_t kChunk = 256 * 1024;
 // mode both show: the destination is poisoned first, the blocks land in
 // random order with pauses, so a reader that does not wait sees garbage.
 void move_bytes(uint8_t* to, const uint8_t* from, size_t bytes, Rng& rng) {
+  if (sparse_data()) {  // the windows only, in order: a replay of a model's sizes, not a test
+    for_each_window(bytes, [&](size_t offset, size_t length) {
+      std::memmove(to + offset, from + offset, length);
+    });
+    return;
+  }
   bool overlap = to < from + bytes && from < to + bytes;
   if (!adversarial() || overlap || bytes <= kChunk) {
     std::memmove(to, from, bytes);
@@ -62,17 +68,20 @@ void move_bytes(uint8_t* to, const uint8_t* from, size_t bytes, Rng& rng) {
 // Fills `bytes` (a multiple of `width`, 1 or 4) with the `width`-byte pattern `value`
 // (cudaMemset's byte, the driver's cuMemsetD32 word).
 void fill_pattern(uint8_t* to, uint32_t value, size_t width, size_t bytes) {
-  if (width == 1) {
-    std::memset(to, static_cast<int>(value & 0xff), bytes);
-    return;
-  }
-  for (size_t at = 0; at + width <= bytes; at += width) {
-    std::memcpy(to + at, &value, width);
-  }
+  // Windows start at multiples of kSparseStride and span whole elements.
+  for_each_window(bytes, [&](size_t offset, size_t length) {
+    if (width == 1) {
+      std::memset(to + offset, static_cast<int>(value & 0xff), length);
+      return;
+    }
+    for (size_t at = offset; at + width <= offset + length; at += width) {
+      std::memcpy(to + at, &value, width);
+    }
+  });
 }
 
 void set_bytes(uint8_t* to, uint32_t value, size_t width, size_t bytes, Rng& rng) {
-  if (!adversarial() || bytes <= kChunk) {
+  if (!adversarial() || bytes <= kChunk || sparse_data()) {
     fill_pattern(to, value, width, bytes);
     return;
   }

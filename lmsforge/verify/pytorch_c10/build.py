@@ -22,6 +22,10 @@ SIM_LIBRARIES = ("c10", "c10_cuda_sim")
 # bench/ of a source checkout: built for the simulator by core-sim (bench/CMakeLists.txt).
 BENCH_DIR = bundled.path("bench")
 SIM_BENCHMARKS = ("lms_bench_copy_sim", "lms_bench_oversub_sim")
+# `lmsforge plan`'s replay (lmsforge/plan/native), built beside the benchmarks, whose small
+# library it links.
+PLAN_DIR = CMAKE_DIR.parents[1] / "plan" / "native"
+PLAN_REPLAY = "lms_plan_replay_sim"
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,8 @@ def build(tree: Path, build_dir: Path, targets: Sequence[str], *, cache_root: Pa
                       f"-DCUDAToolkit_INCLUDE_DIR={cuda_root / 'include'}",
                       f"-DCUDA_cudart_LIBRARY={cuda_root / 'lib64' / 'libcudart.so'}",
                       f"-DNVML_INCLUDE_DIR={inputs.nvml_include_dir(cache_root)}",
-                      f"-DLMS_BENCH_DIR={BENCH_DIR if have_benchmarks() else ''}"]
+                      f"-DLMS_BENCH_DIR={BENCH_DIR if have_benchmarks() else ''}",
+                      f"-DLMS_PLAN_DIR={PLAN_DIR if have_benchmarks() else ''}"]
     _forget_foreign_configuration(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
     log = log or build_dir / "build.log"

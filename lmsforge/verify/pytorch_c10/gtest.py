@@ -21,6 +21,9 @@ class GtestReport(NamedTuple):
     disabled: int
     failures: tuple[str, ...]  # "Suite.Test" of every failed test
     skips: tuple[str, ...] = ()  # "Suite.Test" of every skipped test
+    # The first failed test's first failure message, folded onto one line: a CI log that keeps
+    # only the level's detail still says why (the program's own log stays on the CI machine).
+    first_failure: str = ""
 
 
 class GtestRun(NamedTuple):
@@ -33,6 +36,7 @@ class GtestRun(NamedTuple):
 def parse_gtest_json(text: str) -> GtestReport:
     passed = disabled = 0
     failures, skips = [], []
+    first_failure = ""
     for suite in json.loads(text).get("testsuites", []):
         for test in suite.get("testsuite", []):
             name = f"{suite['name']}.{test['name']}"
@@ -40,11 +44,21 @@ def parse_gtest_json(text: str) -> GtestReport:
                 disabled += 1
             elif test.get("failures"):
                 failures.append(name)
+                if not first_failure:
+                    first_failure = one_line(test["failures"][0].get("failure", ""))
             elif test.get("result") == "SKIPPED":
                 skips.append(name)
             else:
                 passed += 1
-    return GtestReport(passed, len(failures), len(skips), disabled, tuple(failures), tuple(skips))
+    return GtestReport(passed, len(failures), len(skips), disabled, tuple(failures), tuple(skips),
+                       first_failure)
+
+
+def one_line(message: str, limit: int = 300) -> str:
+    """A googletest failure message (file:line, then the expectation over several lines) as one
+    line of at most LIMIT characters."""
+    text = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def run_gtest(binary: Path, *, log: Path, json_path: Path | None = None,

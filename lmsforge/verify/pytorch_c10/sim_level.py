@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
 from lmsforge.errors import CheckFailed, UsageError
-from lmsforge.verify.levels import FAIL, MAX_FAILURES_NAMED, PASS, LevelContext, LevelResult, Timer
+from lmsforge.verify.levels import (FAIL, MAX_FAILURES_NAMED, PASS, SKIPPED, LevelContext,
+                                    LevelResult, Timer)
 from lmsforge.verify.pytorch_c10 import build, gtest
 from lmsforge.verify.pytorch_c10.process import run_logged
 
@@ -118,12 +119,14 @@ def replay_command(binary: Path, seed: int, tests: Sequence[str] = ()) -> str:
     return f"{settings} {binary}{filter_arg}"
 
 
-def run_seed(binary: Path, seed: int, work_dir: Path) -> SeedRun:
+def run_seed(binary: Path, seed: int, work_dir: Path, tests: Sequence[str] = ()) -> SeedRun:
+    """One run of the CUDA tests (all, or only TESTS) under SEED."""
     log = work_dir / f"{LEVEL}.seed-{seed}.log"
     started = time.monotonic()
+    extra_args = [f"--gtest_filter={':'.join(tests)}"] if tests else []
     try:
         run = gtest.run_gtest(binary, log=log, json_path=log.with_suffix(".json"),
-                              timeout=seed_timeout(), env=env_for(seed))
+                              extra_args=extra_args, timeout=seed_timeout(), env=env_for(seed))
     except CheckFailed as error:  # a crash or a hang
         return SeedRun(seed, None, f"{error}; replay: {replay_command(binary, seed)}",
                        time.monotonic() - started, log)
@@ -132,11 +135,17 @@ def run_seed(binary: Path, seed: int, work_dir: Path) -> SeedRun:
     if report.failed:
         problem = (f"{report.failed} tests failed: "
                    f"{', '.join(report.failures[:MAX_FAILURES_NAMED])}")
+        if report.first_failure:
+            problem += f" (first: {report.first_failure})"
     elif report.skipped:
         problem = (f"{report.skipped} tests skipped (every CUDA test must run under the "
                    f"simulator): {', '.join(report.skips[:MAX_FAILURES_NAMED])}")
     elif report.passed == 0:
         problem = "no test passed"
+    if tests and report.passed + report.failed != len(tests):
+        # A name that matches no test must not pass for a test that ran.
+        problem = (f"{len(tests)} tests were asked for and {report.passed + report.failed} ran"
+                   + (f"; {problem}" if problem else ""))
     if problem:
         problem += f"; replay: {replay_command(binary, seed, report.failures)}"
     return SeedRun(seed, report, problem, time.monotonic() - started, log)
@@ -185,7 +194,7 @@ def run(ctx: LevelContext, build_dir: Path,
         return LevelResult(LEVEL, FAIL, detail=f"no LMS CUDA test sources ({suite.sources}) in "
                                                "the tree; a level never passes without tests")
     no_benchmarks = build.benchmarks_unavailable(ctx.tree)
-    benchmarks = () if no_benchmarks else BENCHMARKS
+    benchmarks = () if no_benchmarks or ctx.sim_tests else BENCHMARKS
     targets = [*build.SIM_LIBRARIES, suite.target, *(program for program, _ in benchmarks)]
     ctx.say(f"{LEVEL}: building {', '.join(targets[1:])} against the simulated CUDA runtime")
     built = build_targets(targets)
@@ -194,20 +203,22 @@ def run(ctx: LevelContext, build_dir: Path,
     runs = []
     for seed in seeds:
         ctx.say(f"{LEVEL}: {suite.target}, seed {seed} of {len(seeds)}")
-        runs.append(run_seed(binary, seed, ctx.work_dir))
+        runs.append(run_seed(binary, seed, ctx.work_dir, ctx.sim_tests))
     bench_runs = []
     # The benchmarks check data the tests already found wrong: not worth their time then.
     for program, name in benchmarks if not any(run.problem for run in runs) else ():
         ctx.say(f"{LEVEL}: {program} --short")
         bench_runs.append(run_benchmark(build_dir / "bench" / program, name, seeds[0],
                                         ctx.work_dir))
-    return judge(runs, bench_runs, built, log=str(built.log), no_benchmarks=no_benchmarks)
+    return judge(runs, bench_runs, built, log=str(built.log), no_benchmarks=no_benchmarks,
+                 only=ctx.sim_tests)
 
 
 def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.BuildResult,
-          log: str, no_benchmarks: str = "") -> LevelResult:
+          log: str, no_benchmarks: str = "", only: Sequence[str] = ()) -> LevelResult:
     """PASS only when every seed ran every test and passed, and every benchmark checked its
-    data; a failure names the first failing seed and how to replay it."""
+    data; a failure names the first failing seed and how to replay it. A run of ONLY some
+    tests that all passed is no pass of the level: it is reported skipped, with why."""
     facts: dict[str, object] = {
         "simulated": True, "gpu": False, "seeds": [run.to_json() for run in runs],
         "benchmarks": {run.name: run.to_json() for run in bench_runs},
@@ -226,6 +237,11 @@ def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.
         return LevelResult(LEVEL, FAIL, facts=facts, log=log,
                            detail=f"benchmark {bench_failed[0].name}: {bench_failed[0].problem}")
     passed = runs[0].report.passed if runs[0].report else 0
+    if only:
+        return LevelResult(LEVEL, SKIPPED, facts=facts, log=log,
+                           detail=f"only the {len(only)} CUDA tests asked for ran, and passed "
+                                  f"under each of {len(runs)} seeds; the level passes only "
+                                  f"when every test and both benchmarks run")
     detail = f"{passed} CUDA tests passed under each of {len(runs)} seeds"
     if bench_runs:
         detail += "; both benchmarks' data checks passed"

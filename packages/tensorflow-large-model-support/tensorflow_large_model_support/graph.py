@@ -135,7 +135,8 @@ def keras_training_step(model, batch_size: int | None):
         return tf.TensorSpec(dims, tensor.dtype)
 
     x_specs = [spec(t, "input") for t in model.inputs]
-    y_specs = [spec(t, "output") for t in model.outputs]
+    y_specs = [label_spec(spec(t, "output"), sparse)
+               for t, sparse in zip(model.outputs, sparse_labels(model))]
     optimizer = getattr(model, "optimizer", None)
     compiled = optimizer is not None and getattr(model, "compiled_loss", None) is not None
     if compiled and hasattr(optimizer, "build"):
@@ -159,7 +160,53 @@ def keras_training_step(model, batch_size: int | None):
             return loss
         return loss, gradients
 
-    return step.get_concrete_function(x_specs, y_specs)
+    try:
+        return step.get_concrete_function(x_specs, y_specs)
+    except (ValueError, TypeError, tf.errors.InvalidArgumentError) as error:
+        # TensorFlow puts the traceback of the user's code first and the reason last.
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        why = lines[-1] if lines else type(error).__name__
+        raise ValueError(f"the training step of this Keras model could not be traced ({why}): "
+                         "pass model_graph a concrete function of the step instead") from None
+
+
+def label_spec(output_spec, sparse: bool):
+    """The labels an output is trained against: the output's shape, or, for a sparse loss, the
+    class index of each sample (the output's shape without its class dimension, integers)."""
+    import tensorflow as tf
+
+    if not sparse:
+        return output_spec
+    return tf.TensorSpec(output_spec.shape[:-1], tf.int32)
+
+
+def sparse_labels(model) -> list[bool]:
+    """For each output of MODEL, whether its compiled loss takes class indices
+    (sparse_categorical_crossentropy, as a name, a function or a Loss object) rather than labels
+    shaped like the output."""
+    loss = getattr(model, "loss", None)
+    names = list(getattr(model, "output_names", None) or [])
+    if isinstance(loss, dict):
+        per_output = [loss.get(name) for name in names]
+    elif isinstance(loss, (list, tuple)):
+        per_output = list(loss) + [None] * (len(model.outputs) - len(loss))
+    else:
+        per_output = [loss] * len(model.outputs)
+    return [_is_sparse_loss(item) for item in per_output]
+
+
+def _is_sparse_loss(loss) -> bool:
+    if loss is None:
+        return False
+    if isinstance(loss, str):
+        name = loss
+    else:
+        # A Loss object names its function (fn) or is a subclass; a plain function has a name.
+        function = getattr(loss, "fn", None)
+        name = " ".join(str(part) for part in (type(loss).__name__,
+                                               getattr(loss, "__name__", ""),
+                                               getattr(function, "__name__", "")))
+    return "sparse" in name.lower()
 
 
 def execution_order(operations: list) -> list:

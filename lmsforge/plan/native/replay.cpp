@@ -1,0 +1,595 @@
+// lms_plan_replay_sim: replays one traced PyTorch training step (lmsforge plan) through the
+// series' real CUDA caching allocator and LMS, linked against lmsforge's simulated CUDA
+// runtime. Nothing here models the allocator: every storage is a c10::StorageImpl from
+// CUDACachingAllocator, pinned the way at::LmsPinGuard pins an operator's arguments, and read
+// or written through the same accessors ATen's kernels use, so LMS pages it as in training.
+//
+// Input: the replay script lmsforge.plan.replay writes from a trace for one GPU profile
+// (docs/plan-trace-format.md, "The replay script"). Settings come from where a user sets
+// them: PYTORCH_CUDA_ALLOC_CONF (lms, lms_limit and the knobs) and the simulator's LMS_SIM_*
+// variables (device memory, the link's calibration, sparse data).
+//
+// Per operator: open a PinScope, pin what it reads and writes, create what it allocates
+// (pinned until the scope closes, as an operator's outputs are), take the data pointers
+// (which pages reclaimed storages in), launch a host kernel that takes the traced duration in
+// virtual time, checks every read storage's sample windows against the pattern its last
+// writer left and writes a new pattern into every written one; close the scope, drop what
+// the trace frees. Every step after the first replays the trace again: storages the trace
+// allocates and never frees (optimizer state) exist by then and are written instead.
+//
+// Output (JSON): per step its virtual time, bytes paged out and in, the LMS statistics under
+// torch.cuda.memory_stats() names, and for the last step the allocator's memory after each
+// operator. An allocation that fails ends the replay with the operator named (exit 0: running
+// out of memory is an answer, not an error); wrong data is exit 1.
+
+#include "common.h"
+#include "primary_context.h"
+
+#include <c10/core/LargeModelSupport.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/cuda/CUDAAllocatorConfig.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDALargeModelSupport.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+
+#include <lms_cuda_sim.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+using namespace lms_bench;
+namespace Caching = c10::cuda::CUDACachingAllocator;
+using c10::CachingDeviceAllocator::DeviceStats;
+using c10::CachingDeviceAllocator::StatType;
+using StoragePtr = c10::intrusive_ptr<c10::StorageImpl>;
+
+constexpr const char* kProgram = "lms_plan_replay";
+constexpr const char* kScriptHeader = "lmsforge-replay 1";
+
+struct Alloc {
+  int64_t id;
+  size_t bytes;
+  bool kept;  // never freed by the step: exists from the second step on
+};
+
+struct Op {
+  int64_t id;
+  double duration_ns;
+  bool first_step_only;  // makes optimizer state: a later step finds it and skips the operator
+  std::vector<int64_t> reads, writes, frees;
+  std::vector<Alloc> allocs;
+};
+
+struct Script {
+  std::vector<std::pair<int64_t, size_t>> initial;
+  std::vector<Op> ops;
+};
+
+std::vector<int64_t> read_ids(std::istringstream& in, const char* tag, size_t line) {
+  std::string word;
+  size_t count = 0;
+  if (!(in >> word >> count) || word != tag) {
+    throw UsageError("replay script line " + std::to_string(line) + ": expected " + tag);
+  }
+  std::vector<int64_t> ids(count);
+  for (auto& id : ids) {
+    if (!(in >> id)) {
+      throw UsageError("replay script line " + std::to_string(line) + ": short " + tag);
+    }
+  }
+  return ids;
+}
+
+Script read_script(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) {
+    throw UsageError("cannot read " + path);
+  }
+  std::string text;
+  std::getline(file, text);
+  if (text != kScriptHeader) {
+    throw UsageError(path + " is not an lmsforge replay script (version 1)");
+  }
+  Script script;
+  size_t line = 1;
+  while (std::getline(file, text)) {
+    ++line;
+    std::istringstream in(text);
+    std::string kind;
+    in >> kind;
+    if (kind == "initial") {
+      int64_t id = 0;
+      size_t bytes = 0;
+      if (!(in >> id >> bytes)) {
+        throw UsageError("replay script line " + std::to_string(line) + ": bad initial");
+      }
+      script.initial.emplace_back(id, bytes);
+    } else if (kind == "op") {
+      Op op;
+      int once = 0;
+      if (!(in >> op.id >> op.duration_ns >> once)) {
+        throw UsageError("replay script line " + std::to_string(line) + ": bad op");
+      }
+      op.first_step_only = once != 0;
+      op.reads = read_ids(in, "R", line);
+      op.writes = read_ids(in, "W", line);
+      std::string word;
+      size_t count = 0;
+      if (!(in >> word >> count) || word != "A") {
+        throw UsageError("replay script line " + std::to_string(line) + ": expected A");
+      }
+      for (size_t i = 0; i < count; ++i) {
+        Alloc alloc{};
+        int kept = 0;
+        if (!(in >> alloc.id >> alloc.bytes >> kept)) {
+          throw UsageError("replay script line " + std::to_string(line) + ": short A");
+        }
+        alloc.kept = kept != 0;
+        op.allocs.push_back(alloc);
+      }
+      op.frees = read_ids(in, "F", line);
+      script.ops.push_back(std::move(op));
+    } else if (!kind.empty()) {
+      throw UsageError("replay script line " + std::to_string(line) + ": unknown record " +
+                       kind);
+    }
+  }
+  return script;
+}
+
+// The contents a storage's writer leaves in its sample windows: a word per window that depends
+// on the storage, how often it was written and the window, so that another storage's bytes, an
+// older version or poison never pass for it.
+uint64_t pattern_word(int64_t id, uint64_t version, size_t window) {
+  uint64_t x = static_cast<uint64_t>(id) * 0x9e3779b97f4a7c15ULL ^ version * 0xbf58476d1ce4e5b9ULL ^
+      (window + 1) * 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  x *= 0xd6e8feb86659fd3dULL;
+  return (x ^ (x >> 29)) | 1;  // never zero: fresh host pages are
+}
+
+// The windows checked and written: those the simulator moves under sparse data (every
+// LMS_SIM_SPARSE_STRIDE bytes, the first LMS_SIM_SPARSE_WINDOW of them, from the start), whole
+// 8-byte words of them.
+template <typename Visit>
+void for_each_window(size_t bytes, Visit visit) {
+  size_t window = 0;
+  for (size_t offset = 0; offset + sizeof(uint64_t) <= bytes;
+       offset += LMS_SIM_SPARSE_STRIDE, ++window) {
+    size_t length = std::min(LMS_SIM_SPARSE_WINDOW, bytes - offset) / sizeof(uint64_t);
+    visit(offset, length, window);
+  }
+}
+
+struct Access {
+  void* data;
+  size_t bytes;
+  int64_t id;
+  uint64_t version;  // expected for a check, left by a write
+};
+
+// What one operator's kernel does; owned by the kernel, which deletes it.
+struct Job {
+  int64_t op;
+  std::vector<Access> checks, writes;
+  std::atomic<int64_t>* mismatches;
+  std::string* first_mismatch;
+};
+
+cudaError_t run_job(void* raw) {
+  Job* job = *static_cast<Job**>(raw);
+  std::unique_ptr<Job> owned(job);
+  for (const Access& a : job->checks) {
+    bool bad = false;
+    cudaError_t fault = cudaSuccess;
+    for_each_window(a.bytes, [&](size_t offset, size_t words, size_t window) {
+      auto* bytes = static_cast<uint8_t*>(
+          lmsSimDeviceBytes(static_cast<uint8_t*>(a.data) + offset, words * 8));
+      if (bytes == nullptr) {
+        fault = cudaErrorIllegalAddress;
+        return;
+      }
+      uint64_t expected = pattern_word(a.id, a.version, window);
+      for (size_t w = 0; w < words; ++w) {
+        uint64_t found = 0;
+        std::memcpy(&found, bytes + w * 8, 8);
+        bad = bad || found != expected;
+      }
+    });
+    if (fault != cudaSuccess) {
+      return fault;
+    }
+    if (bad && job->mismatches->fetch_add(1) == 0) {
+      *job->first_mismatch = "storage " + std::to_string(a.id) + " read by operator " +
+          std::to_string(job->op) + " does not hold what its last writer wrote";
+    }
+  }
+  for (const Access& a : job->writes) {
+    cudaError_t fault = cudaSuccess;
+    for_each_window(a.bytes, [&](size_t offset, size_t words, size_t window) {
+      auto* bytes = static_cast<uint8_t*>(
+          lmsSimDeviceBytes(static_cast<uint8_t*>(a.data) + offset, words * 8));
+      if (bytes == nullptr) {
+        fault = cudaErrorIllegalAddress;
+        return;
+      }
+      uint64_t word = pattern_word(a.id, a.version, window);
+      for (size_t w = 0; w < words; ++w) {
+        std::memcpy(bytes + w * 8, &word, 8);
+      }
+    });
+    if (fault != cudaSuccess) {
+      return fault;
+    }
+  }
+  return cudaSuccess;
+}
+
+struct Live {
+  StoragePtr storage;
+  uint64_t version = 0;
+};
+
+struct StepFigures {
+  double step_ms = 0;
+  std::vector<std::pair<std::string, int64_t>> stats;  // memory_stats() keys
+  std::vector<int64_t> allocated, reserved;  // after each operator (its allocations made)
+};
+
+int64_t aggregate_current(const c10::CachingDeviceAllocator::StatArray& stat) {
+  return stat[static_cast<size_t>(StatType::AGGREGATE)].current;
+}
+
+int64_t aggregate_peak(const c10::CachingDeviceAllocator::StatArray& stat) {
+  return stat[static_cast<size_t>(StatType::AGGREGATE)].peak;
+}
+
+// The step's share of the accumulated LMS counters, and the peaks since the step began, under
+// the keys torch.cuda.memory_stats() gives them (torch/csrc/cuda/LargeModelSupport.cpp).
+std::vector<std::pair<std::string, int64_t>> step_stats(const DeviceStats& before,
+                                                        const DeviceStats& after) {
+  std::vector<std::pair<std::string, int64_t>> s = {
+      {"allocated_bytes.all.peak", aggregate_peak(after.allocated_bytes)},
+      {"reserved_bytes.all.peak", aggregate_peak(after.reserved_bytes)},
+      {"pinned_bytes.all.peak", aggregate_peak(after.pinned_bytes)},
+      {"host_bytes.peak", after.host_bytes.peak},
+      {"reclaimed", after.reclaimed - before.reclaimed},
+      {"reclaimed_bytes", after.reclaimed_bytes - before.reclaimed_bytes},
+      {"paged_in", after.paged_in - before.paged_in},
+      {"paged_in_bytes", after.paged_in_bytes - before.paged_in_bytes},
+  };
+  for (size_t i = 0; i < c10::lms::kNumAllocSources; ++i) {
+    s.emplace_back(std::string("alloc_distribution.") +
+                       c10::lms::alloc_source_name(static_cast<c10::lms::AllocSource>(i)),
+                   after.alloc_distribution[i] - before.alloc_distribution[i]);
+  }
+  const auto& a = after.lms_policy;
+  const auto& b = before.lms_policy;
+  s.insert(s.end(), {
+      {"paged_out_ahead", a.paged_out_ahead - b.paged_out_ahead},
+      {"paged_out_ahead_bytes", a.paged_out_ahead_bytes - b.paged_out_ahead_bytes},
+      {"page_outs_ahead_skipped", a.page_outs_ahead_skipped - b.page_outs_ahead_skipped},
+      {"page_out_waits", a.page_out_waits - b.page_out_waits},
+      {"clean_reclaims", a.clean_reclaims - b.clean_reclaims},
+      {"clean_reclaimed_bytes", a.clean_reclaimed_bytes - b.clean_reclaimed_bytes},
+      {"prefetched", a.prefetched - b.prefetched},
+      {"prefetched_bytes", a.prefetched_bytes - b.prefetched_bytes},
+      {"prefetch_hits", a.prefetch_hits - b.prefetch_hits},
+      {"prefetch_misses", a.prefetch_misses - b.prefetch_misses},
+      {"prefetch_wasted", a.prefetch_wasted - b.prefetch_wasted},
+      {"prefetch_wasted_bytes", a.prefetch_wasted_bytes - b.prefetch_wasted_bytes},
+      {"page_in_wait_us", a.page_in_wait_us - b.page_in_wait_us},
+  });
+  return s;
+}
+
+class Replay {
+ public:
+  explicit Replay(const Script& script) : script_(script) {
+    stream_ = c10::cuda::getCurrentCUDAStream(0).stream();
+  }
+
+  // Runs one step; false when an allocation failed (oom_ then says where).
+  bool step(int number, StepFigures* figures) {
+    Caching::resetPeakStats(0);
+    DeviceStats before = Caching::getDeviceStats(0);
+    cudaEvent_t start = nullptr, stop = nullptr;
+    LMS_BENCH_CUDA(cudaEventCreate(&start));
+    LMS_BENCH_CUDA(cudaEventCreate(&stop));
+    LMS_BENCH_CUDA(cudaEventRecord(start, stream_));
+    int64_t current = -1;
+    try {
+      // A new batch each step: inputs the trace let go of are made again.
+      for (const auto& [id, bytes] : script_.initial) {
+        if (live_.count(id) == 0) {
+          create(id, bytes);
+          write_alone(id);
+        }
+      }
+      for (const Op& op : script_.ops) {
+        if (number > 0 && op.first_step_only) {
+          continue;
+        }
+        current = op.id;
+        run_op(op, number, figures);
+      }
+    } catch (const c10::OutOfMemoryError& error) {
+      oom_ = "step " + std::to_string(number) + " operator " + std::to_string(current) + ": " +
+          first_line(error.what_without_backtrace());
+      oom_op_ = current;
+      return false;
+    }
+    LMS_BENCH_CUDA(cudaEventRecord(stop, stream_));
+    LMS_BENCH_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    LMS_BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    LMS_BENCH_CUDA(cudaEventDestroy(start));
+    LMS_BENCH_CUDA(cudaEventDestroy(stop));
+    figures->step_ms = ms;
+    figures->stats = step_stats(before, Caching::getDeviceStats(0));
+    return true;
+  }
+
+  // Every live storage read once more, after the last step: what paging did to any of them.
+  // One at a time, as operators would, so that under a limit each may be paged in.
+  void check_all() {
+    for (auto& [id, live] : live_) {
+      if (live.storage->nbytes() == 0) {
+        continue;
+      }
+      auto job = std::make_unique<Job>();
+      job->op = -1;
+      job->mismatches = &mismatches_;
+      job->first_mismatch = &first_mismatch_;
+      c10::lms::PinScope scope;
+      scope.pin(*live.storage);
+      job->checks.push_back(Access{const_cast<void*>(live.storage->data()),
+                                   live.storage->nbytes(), id, live.version});
+      launch(std::move(job), 0);
+    }
+    LMS_BENCH_CUDA(cudaStreamSynchronize(stream_));
+  }
+
+  void release() {
+    live_.clear();
+  }
+
+  int64_t mismatches() const { return mismatches_.load(); }
+  const std::string& first_mismatch() const { return first_mismatch_; }
+  const std::string& oom() const { return oom_; }
+  int64_t oom_op() const { return oom_op_; }
+
+ private:
+  static std::string first_line(const char* text) {
+    std::string line(text);
+    return line.substr(0, line.find('\n'));
+  }
+
+  void create(int64_t id, size_t bytes) {
+    if (live_.count(id) != 0) {  // ids are never reused within a trace
+      throw CheckFailed("storage " + std::to_string(id) + " is made again while it lives: " +
+                        "the script's kept storages are wrong");
+    }
+    live_[id].storage = c10::make_intrusive<c10::StorageImpl>(
+        c10::StorageImpl::use_byte_size_t(), c10::SymInt(static_cast<int64_t>(bytes)),
+        Caching::get(), /*resizable=*/false);
+    live_[id].version = 0;
+  }
+
+  Live& find(int64_t id, const Op& op) {
+    auto found = live_.find(id);
+    if (found == live_.end()) {
+      throw CheckFailed("operator " + std::to_string(op.id) + " uses storage " +
+                        std::to_string(id) + ", which is not live: the trace is inconsistent");
+    }
+    return found->second;
+  }
+
+  // An initial storage's first contents (a batch copied in, parameters loaded).
+  void write_alone(int64_t id) {
+    auto job = std::make_unique<Job>();
+    job->op = -1;
+    job->mismatches = &mismatches_;
+    job->first_mismatch = &first_mismatch_;
+    Live& live = live_[id];
+    c10::lms::PinScope scope;
+    scope.pin(*live.storage);
+    if (live.storage->nbytes() != 0) {
+      job->writes.push_back(
+          Access{live.storage->mutable_data(), live.storage->nbytes(), id, ++live.version});
+    }
+    launch(std::move(job), 0);
+  }
+
+  void run_op(const Op& op, int number, StepFigures* figures) {
+    auto job = std::make_unique<Job>();
+    job->op = op.id;
+    job->mismatches = &mismatches_;
+    job->first_mismatch = &first_mismatch_;
+    {
+      c10::lms::PinScope scope;  // at::LmsPinGuard's scope in the operator's wrapper
+      // What the operator makes, first: a storage it both makes and reads (a Python scalar
+      // lifted to a tensor, aten.lift_fresh) must exist before it is pinned and read.
+      std::vector<int64_t> written;
+      for (const Alloc& alloc : op.allocs) {
+        if (alloc.kept && live_.count(alloc.id) != 0 && number > 0) {
+          scope.pin(*live_[alloc.id].storage);  // optimizer state from the first step
+        } else {
+          create(alloc.id, alloc.bytes);  // adopted by the scope: pinned until it closes
+          if (std::find(op.reads.begin(), op.reads.end(), alloc.id) != op.reads.end()) {
+            write_alone(alloc.id);  // its value, copied in from the host
+          }
+        }
+        written.push_back(alloc.id);
+      }
+      for (int64_t id : op.reads) {
+        scope.pin(*find(id, op).storage);
+      }
+      // An operator's new outputs are among its writes too (made above).
+      for (int64_t id : op.writes) {
+        if (std::find(written.begin(), written.end(), id) == written.end()) {
+          scope.pin(*find(id, op).storage);
+          written.push_back(id);
+        }
+      }
+      // Reads first: data() pages a reclaimed storage in, as a kernel's const access does.
+      for (int64_t id : op.reads) {
+        Live& live = find(id, op);
+        if (live.storage->nbytes() != 0) {
+          job->checks.push_back(Access{const_cast<void*>(live.storage->data()),
+                                       live.storage->nbytes(), id, live.version});
+        }
+      }
+      for (int64_t id : written) {
+        Live& live = find(id, op);
+        if (live.storage->nbytes() != 0) {
+          job->writes.push_back(Access{live.storage->mutable_data(), live.storage->nbytes(), id,
+                                       live.version + 1});
+        }
+      }
+      for (int64_t id : written) {
+        live_[id].version += 1;
+      }
+      launch(std::move(job), op.duration_ns);
+      DeviceStats now = Caching::getDeviceStats(0);
+      figures->allocated.push_back(aggregate_current(now.allocated_bytes));
+      figures->reserved.push_back(aggregate_current(now.reserved_bytes));
+    }
+    for (int64_t id : op.frees) {
+      find(id, op);  // a free of a storage that is not live: the trace is inconsistent
+      live_.erase(id);  // the last reference: its block goes back to the allocator
+    }
+  }
+
+  void launch(std::unique_ptr<Job> job, double duration_ns) {
+    Job* raw = job.release();
+    lmsSimKernelWork work{0, 0, duration_ns};
+    cudaError_t status =
+        lmsSimLaunchHostKernel(stream_, "replayed_operator", run_job, &raw, sizeof(raw), &work);
+    if (status != cudaSuccess) {
+      delete raw;
+      LMS_BENCH_CUDA(status);
+    }
+  }
+
+  const Script& script_;
+  cudaStream_t stream_ = nullptr;
+  std::unordered_map<int64_t, Live> live_;
+  std::atomic<int64_t> mismatches_{0};
+  std::string first_mismatch_;
+  std::string oom_;
+  int64_t oom_op_ = -1;
+};
+
+// Exact integers: Json::value() writes doubles with fewer digits than a byte count needs.
+void write_series(Json& json, const std::string& key, const std::vector<int64_t>& values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    text += (i == 0 ? "" : ",") + std::to_string(values[i]);
+  }
+  json.raw_field(key, text + "]");
+}
+
+int run(int argc, char** argv) {
+  Args args(kProgram,
+            "Replays a traced training step (an lmsforge replay script) through the real\n"
+            "CUDA caching allocator and LMS on the simulated CUDA runtime; writes JSON.\n"
+            "LMS and its settings come from PYTORCH_CUDA_ALLOC_CONF, as for a user.");
+  args.option("script", "", "replay script to read (required)");
+  args.option("out", "", "JSON file to write (required)");
+  args.option("steps", "2", "steps to replay; the last is reported, the others warm LMS up");
+  if (!args.parse(argc, argv)) {
+    return kExitOk;
+  }
+  if (args.get("script").empty() || args.get("out").empty()) {
+    throw UsageError("--script and --out are required");
+  }
+  const int steps = static_cast<int>(parse_int(args.get("steps"), 1, 100, "steps"));
+  Script script = read_script(args.get("script"));
+  require_device(0);
+  register_primary_context_query();
+  // The settings a user's process reads from PYTORCH_CUDA_ALLOC_CONF, read as torch does.
+  Caching::CUDAAllocatorConfig::instance();
+  Caching::init(c10::cuda::device_count());
+  c10::cuda::set_device(0);
+
+  Replay replay(script);
+  std::vector<StepFigures> done;
+  bool completed = true;
+  for (int number = 0; number < steps && completed; ++number) {
+    StepFigures figures;
+    completed = replay.step(number, &figures);
+    if (completed) {
+      done.push_back(std::move(figures));
+    }
+  }
+  if (completed) {
+    replay.check_all();
+  }
+  LMS_BENCH_CUDA(cudaDeviceSynchronize());
+  size_t device_free = 0, device_total = 0;
+  LMS_BENCH_CUDA(cudaMemGetInfo(&device_free, &device_total));
+
+  Json json;
+  json.begin_object();
+  json.field("program", kProgram);
+  json.field("schema", 1);
+  json.field("simulated", true);
+  write_timing(json, lmsSimCalibration());
+  const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  json.field("alloc_conf", conf != nullptr ? conf : "");
+  json.field("lms_enabled", c10::cuda::lms::enabled());
+  json.field("lms_limit_bytes", static_cast<long long>(c10::cuda::lms::current_limit(0)));
+  json.field("device_memory_bytes", device_total);
+  json.field("operators", script.ops.size());
+  json.field("completed", completed);
+  if (!completed) {
+    json.field("oom", replay.oom());
+    json.field("oom_op", static_cast<long long>(replay.oom_op()));
+  }
+  json.begin_array("steps");
+  for (const StepFigures& figures : done) {
+    json.begin_object();
+    json.field("step_ms", figures.step_ms);
+    json.begin_object("memory_stats");
+    for (const auto& [key, value] : figures.stats) {
+      json.field(key, static_cast<long long>(value));
+    }
+    json.end_object();
+    json.end_object();
+  }
+  json.end_array();
+  if (!done.empty()) {
+    write_series(json, "allocated_after_op", done.back().allocated);
+    write_series(json, "reserved_after_op", done.back().reserved);
+  }
+  json.field("data_checked", completed);
+  json.field("mismatches", static_cast<long long>(replay.mismatches()));
+  json.field("data_ok", replay.mismatches() == 0);
+  json.end_object();
+  json.write(args.get("out"));
+  replay.release();
+  if (replay.mismatches() != 0) {
+    throw CheckFailed(std::to_string(replay.mismatches()) + " storage reads found wrong data; " +
+                      "first: " + replay.first_mismatch());
+  }
+  return kExitOk;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return lms_bench::run_program(kProgram, [&] { return run(argc, argv); });
+}

@@ -1,0 +1,175 @@
+"""Replay a trace through the series' real CUDA caching allocator and LMS on the simulated CUDA
+runtime: write the replay script the program reads (`native/replay.cpp`), set the simulator up
+for a GPU profile, run the program once per allocator setting, and read what it measured.
+
+The program is built elsewhere (the c10 harness's build folder, by the `plan` command): this
+module only needs its path. Every figure it returns is the simulator's virtual time and the
+allocator's own statistics, never a GPU measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lmsforge.errors import CheckFailed
+from lmsforge.plan.profiles import Profile
+from lmsforge.plan.trace_format import Trace
+
+SCRIPT_HEADER = "lmsforge-replay 1"
+# A warm-up step teaches LMS the order of use (prefetch, the adaptive mark); the second is
+# the one a training loop repeats, and the one reported.
+STEPS = 2
+# Host memory is no limit in the replay (a GPU host has hundreds of GiB); under sparse data
+# the simulator's pinned memory costs this host next to nothing.
+PINNED_MEMORY = 1 << 40
+REPLAY_TIMEOUT_S = 600
+
+
+def kept_storages(trace: Trace) -> set[int]:
+    """Storages the step allocates and never frees (optimizer state): the next step finds them
+    alive and writes them instead of allocating them again."""
+    freed = {sid for op in trace.ops for sid in op.frees}
+    return {sid for op in trace.ops for sid, _ in op.allocs if sid not in freed}
+
+
+def first_step_only(trace: Trace) -> set[int]:
+    """Operators that only make optimizer state (Adam's zeros_like, its step counters lifted
+    from Python numbers): what they write is kept storage they make, and whatever else they make
+    dies with them. A later step finds that state and runs none of them."""
+    kept = kept_storages(trace)
+    found = set()
+    for op in trace.ops:
+        made = {sid for sid, _ in op.allocs}
+        if (made & kept and set(op.writes) <= made & kept
+                and made - kept <= set(op.frees)):
+            found.add(op.id)
+    return found
+
+
+def write_script(trace: Trace, gpu: str, path: Path) -> None:
+    """The replay script of TRACE timed for profile GPU (docs/plan-trace-format.md)."""
+    if gpu not in trace.profiles:
+        raise CheckFailed(f"the trace of {trace.model} has no durations for {gpu}; trace it "
+                          f"again with that profile")
+    kept = kept_storages(trace)
+    once = first_step_only(trace)
+    lines = [SCRIPT_HEADER]
+    lines += [f"initial {s.id} {s.bytes}" for s in trace.initial]
+    for op in trace.ops:
+        allocs = " ".join(f"{sid} {nbytes} {int(sid in kept)}" for sid, nbytes in op.allocs)
+        lines.append(" ".join([
+            "op", str(op.id), repr(op.duration_us[gpu] * 1000.0), str(int(op.id in once)),
+            "R", str(len(op.reads)), *map(str, op.reads),
+            "W", str(len(op.writes)), *map(str, op.writes),
+            "A", str(len(op.allocs)), *([allocs] if allocs else []),
+            "F", str(len(op.frees)), *map(str, op.frees)]))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def calibration_text(gpu: Profile) -> str:
+    """LMS_SIM_CALIBRATION for GPU: its host link; the rest of the simulator's table (copy
+    latency, launch and call costs, pinning) stays the H100's, measured (lmsforge/sim/README.md)."""
+    g = 1e9
+    return "\n".join([
+        f"name = {gpu.name} (lmsforge plan; link from lmsforge/plan/profiles.py)",
+        f"d2h_gbps = {gpu.d2h_bytes_per_s / g:g}",
+        f"h2d_gbps = {gpu.h2d_bytes_per_s / g:g}",
+        f"duplex_gbps = {gpu.duplex_bytes_per_s / g:g}",
+        f"hbm_gbps = {gpu.hbm_bytes_per_s / g:g}",
+    ]) + "\n"
+
+
+@dataclass
+class Replayed:
+    """What one run of the replay program measured (its JSON, docs/plan-trace-format.md)."""
+    alloc_conf: str
+    device_memory: int
+    completed: bool
+    oom: str  # where an allocation failed, when not completed
+    oom_op: int
+    lms_limit: int
+    step_ms: float  # the reported (last) step, virtual time
+    stats: dict[str, int]  # that step's memory_stats() figures
+    allocated_after_op: list[int] = field(default_factory=list)
+    reserved_after_op: list[int] = field(default_factory=list)
+    data_ok: bool = True
+
+    @property
+    def bytes_out(self) -> int:
+        """Bytes copied to the host in the step: a clean page-out copies nothing."""
+        return self.stats.get("reclaimed_bytes", 0) - self.stats.get("clean_reclaimed_bytes", 0)
+
+    @property
+    def bytes_in(self) -> int:
+        return self.stats.get("paged_in_bytes", 0)
+
+    @property
+    def peak_allocated(self) -> int:
+        return self.stats.get("allocated_bytes.all.peak", 0)
+
+    @property
+    def peak_reserved(self) -> int:
+        return self.stats.get("reserved_bytes.all.peak", 0)
+
+
+def parse_result(data: dict, alloc_conf: str) -> Replayed:
+    steps = data.get("steps") or []
+    last = steps[-1] if steps else {"step_ms": 0.0, "memory_stats": {}}
+    return Replayed(alloc_conf=alloc_conf, device_memory=int(data["device_memory_bytes"]),
+                    completed=bool(data["completed"]), oom=data.get("oom", ""),
+                    oom_op=int(data.get("oom_op", -1)), lms_limit=int(data["lms_limit_bytes"]),
+                    step_ms=float(last["step_ms"]), stats=dict(last["memory_stats"]),
+                    allocated_after_op=[int(v) for v in data.get("allocated_after_op", [])],
+                    reserved_after_op=[int(v) for v in data.get("reserved_after_op", [])],
+                    data_ok=bool(data["data_ok"]))
+
+
+def sim_env(device_memory: int, calibration: Path, alloc_conf: str,
+            seed: int = 0) -> dict[str, str]:
+    """The replay's environment: one simulated device of the GPU's memory, its link, sparse
+    data (lmsforge/sim/README.md), and the allocator settings as a user gives them. A SEED
+    turns the simulator's adversarial delays on, so that a missing wait shows as wrong data;
+    the timing model does not depend on it."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LMS_SIM_", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_LMS_"))}
+    env.update({"LMS_SIM_DEVICES": "1", "LMS_SIM_DEVICE_MEMORY": str(device_memory),
+                "LMS_SIM_PINNED_MEMORY": str(PINNED_MEMORY), "LMS_SIM_SPARSE_DATA": "1",
+                "LMS_SIM_CALIBRATION": str(calibration), "PYTORCH_CUDA_ALLOC_CONF": alloc_conf,
+                "LMS_SIM_SEED": str(seed)})
+    return env
+
+
+def run(program: Path, script: Path, work: Path, *, device_memory: int, calibration: Path,
+        alloc_conf: str, name: str, seed: int = 0) -> Replayed:
+    """One replay of SCRIPT on a device of DEVICE_MEMORY bytes with PYTORCH_CUDA_ALLOC_CONF set
+    to ALLOC_CONF; its JSON and log are WORK/NAME.json and .log."""
+    out = work / f"{name}.json"
+    log = work / f"{name}.log"
+    out.unlink(missing_ok=True)
+    with log.open("w") as sink:
+        try:
+            proc = subprocess.run([str(program), "--script", str(script), "--out", str(out),
+                                   "--steps", str(STEPS)], stdout=sink, stderr=subprocess.STDOUT,
+                                  env=sim_env(device_memory, calibration, alloc_conf, seed),
+                                  timeout=REPLAY_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise CheckFailed(f"the replay ({alloc_conf or 'LMS off'}) did not finish within "
+                              f"{REPLAY_TIMEOUT_S} s; log: {log}") from None
+    if not out.is_file():
+        raise CheckFailed(f"the replay ({alloc_conf or 'LMS off'}) exited with "
+                          f"{proc.returncode} and wrote no result: {last_line(log)}; log: {log}")
+    result = parse_result(json.loads(out.read_text()), alloc_conf)
+    if proc.returncode != 0 or not result.data_ok:
+        raise CheckFailed(f"the replay ({alloc_conf or 'LMS off'}) found wrong data: "
+                          f"{last_line(log)}; log: {log}")
+    return result
+
+
+def last_line(log: Path) -> str:
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines()
+             if line.strip()]
+    return lines[-1] if lines else "no output"
