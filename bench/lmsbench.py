@@ -133,16 +133,25 @@ def report(data: dict[str, Any]) -> str:
                 f"{row['raw_h2d']['gbps']:>9.2f} {row['lms_in']['gbps']:>9.2f} "
                 f"{row['ratio_out']:>6.3f} {row['ratio_in']:>6.3f}{mark}")
     else:
+        # Chunks the pinned host pool pinned during the timed steps (series that report it):
+        # pinning stalls the host, which the device-side step time shows only as idle gaps.
+        pool = any("host_pool" in row["lms"] for row in data["results"])
         lines.append(f"{'k':>3} {'layers':>6} {'lms ms':>9} {'oracle ms':>9} {'bound ms':>9} "
-                     f"{'bound eff':>9} {'overhead':>9}")
+                     f"{'bound eff':>9} {'overhead':>9}" + (f" {'pinned':>6}" if pool else ""))
         for row in data["results"]:
             oracle = row.get("oracle")
             overhead = row.get("overhead_vs_oracle")
+            pinned = ""
+            if pool:
+                chunks = row["lms"].get("host_pool", {})
+                pinned = " {:>6}".format(chunks.get("chunks_pinned_ahead", 0)
+                                         + chunks.get("chunks_pinned_on_demand", 0)
+                                         if chunks else "-")
             lines.append(
                 f"{row['k']:>3} {row['layers']:>6} {row['lms']['step_ms']:>9.2f} "
                 f"{(format(oracle['step_ms'], '9.2f') if oracle else '-'):>9} "
                 f"{row['bound']['step_ms']:>9.2f} {row['bound_efficiency']:>9.3f} "
-                f"{(format(overhead, '+9.1%') if overhead is not None else '-'):>9}"
+                f"{(format(overhead, '+9.1%') if overhead is not None else '-'):>9}{pinned}"
                 f"{'' if row['data_ok'] else '  DATA MISMATCH'}")
     lines.append("data check: " + ("passed" if data.get("data_ok") else "FAILED"))
     return "\n".join(lines)

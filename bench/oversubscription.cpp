@@ -33,8 +33,16 @@
 #if __has_include(<c10/core/LargeModelSupportPolicy.h>)
 #define LMS_BENCH_POLICY_STATS 1
 #endif
+// A series with a pinned host pool (CUDALmsHostPool.h) reports what it pinned during each step:
+// pinning costs about 0.6 ms per MiB on the host (bench/reference/*/calibration.txt), which the
+// device-side step time shows only as idle gaps.
+#if __has_include(<c10/cuda/CUDALmsHostPool.h>)
+#include <c10/cuda/CUDALmsHostPool.h>
+#define LMS_BENCH_HOST_POOL_STATS 1
+#endif
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -152,6 +160,14 @@ struct StepTimes {
   c10::lms::PolicyCounters policy;
 #endif
   int64_t reserved_peak = 0;
+  // Host wall time of each step, from the first enqueue to the end of the last event's wait.
+  std::vector<double> host_step_ms;
+#ifdef LMS_BENCH_HOST_POOL_STATS
+  // The host pool over the timed steps: chunks pinned on a page-out's path and by the growth
+  // thread, page-outs ahead skipped for want of a free range; pinned bytes held at the end.
+  int64_t chunks_pinned_on_demand = 0, chunks_pinned_ahead = 0, ahead_without_room = 0;
+  int64_t host_held_bytes = 0;
+#endif
   std::vector<uint32_t> grad;  // the final gradient, for the checks
 };
 
@@ -193,8 +209,20 @@ StepTimes run_loop(const Settings& s, int layers, size_t bytes) {
   LMS_BENCH_CUDA(cudaEventCreate(&start));
   LMS_BENCH_CUDA(cudaEventCreate(&middle));
   LMS_BENCH_CUDA(cudaEventCreate(&stop));
+#ifdef LMS_BENCH_HOST_POOL_STATS
+  auto& pool = c10::cuda::lms::HostPool::instance();
+  int64_t on_demand_before = 0, ahead_before = 0, without_room_before = 0;
+#endif
   for (int step = -s.warmup; step < s.steps; ++step) {
+#ifdef LMS_BENCH_HOST_POOL_STATS
+    if (step == 0) {
+      on_demand_before = pool.chunks_pinned_on_demand();
+      ahead_before = pool.chunks_pinned_ahead();
+      without_room_before = pool.ahead_without_room();
+    }
+#endif
     auto before = Caching::getDeviceStats(device);
+    auto host_start = std::chrono::steady_clock::now();
     LMS_BENCH_CUDA(cudaEventRecord(start, stream));
     std::vector<StoragePtr> activations;
     for (int layer = 0; layer < layers; ++layer) {
@@ -223,6 +251,8 @@ StepTimes run_loop(const Settings& s, int layers, size_t bytes) {
     }
     LMS_BENCH_CUDA(cudaEventRecord(stop, stream));
     LMS_BENCH_CUDA(cudaEventSynchronize(stop));
+    double host_ms = std::chrono::duration<double, std::milli>(
+        std::chrono::steady_clock::now() - host_start).count();
     float step_ms = 0, forward_ms = 0, backward_ms = 0;
     LMS_BENCH_CUDA(cudaEventElapsedTime(&step_ms, start, stop));
     LMS_BENCH_CUDA(cudaEventElapsedTime(&forward_ms, start, middle));
@@ -240,8 +270,15 @@ StepTimes run_loop(const Settings& s, int layers, size_t bytes) {
       times.step_ms.push_back(step_ms);
       times.forward_ms.push_back(forward_ms);
       times.backward_ms.push_back(backward_ms);
+      times.host_step_ms.push_back(host_ms);
     }
   }
+#ifdef LMS_BENCH_HOST_POOL_STATS
+  times.chunks_pinned_on_demand = pool.chunks_pinned_on_demand() - on_demand_before;
+  times.chunks_pinned_ahead = pool.chunks_pinned_ahead() - ahead_before;
+  times.ahead_without_room = pool.ahead_without_room() - without_room_before;
+  times.host_held_bytes = static_cast<int64_t>(pool.held_bytes());
+#endif
   times.reserved_peak = aggregate(Caching::getDeviceStats(device).reserved_bytes);
   times.grad.resize(words);
   LMS_BENCH_CUDA(cudaMemcpy(times.grad.data(), grad->data(), bytes, cudaMemcpyDeviceToHost));
@@ -322,6 +359,17 @@ void write_times(Json& json, const std::string& key, const StepTimes& t) {
   json.field("out_bytes_per_step", static_cast<long long>(t.out_bytes));
   json.field("in_bytes_per_step", static_cast<long long>(t.in_bytes));
   json.field("reserved_peak_bytes", static_cast<long long>(t.reserved_peak));
+  if (!t.host_step_ms.empty()) {
+    json.field("host_step_ms", summarize(t.host_step_ms).median_ms);
+  }
+#ifdef LMS_BENCH_HOST_POOL_STATS
+  json.begin_object("host_pool");
+  json.field("chunks_pinned_on_demand", static_cast<long long>(t.chunks_pinned_on_demand));
+  json.field("chunks_pinned_ahead", static_cast<long long>(t.chunks_pinned_ahead));
+  json.field("ahead_without_room", static_cast<long long>(t.ahead_without_room));
+  json.field("held_bytes", static_cast<long long>(t.host_held_bytes));
+  json.end_object();
+#endif
 #ifdef LMS_BENCH_POLICY_STATS
   json.begin_object("policy");
   json.field("paged_out_ahead", static_cast<long long>(t.policy.paged_out_ahead));
