@@ -1,0 +1,37 @@
+"""bench/planner_gpu_check.py: on a machine without a CUDA device it says so and exits 4 (as
+run-gpu.sh's skips do); its cases are the planner's own models at the documented shapes."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "bench" / "planner_gpu_check.py"
+
+torch = pytest.importorskip("torch")
+
+
+def test_without_a_cuda_device_it_skips_with_exit_4():
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--steps", "2"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4, done.stderr
+    assert done.stderr.strip() == "planner_gpu_check: skipped: no CUDA device"
+
+
+def test_its_cases_resolve_to_the_planners_built_in_steps():
+    spec = importlib.util.spec_from_file_location("planner_gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from lmsforge.plan.spec import resolve
+
+    names = []
+    for model, shape, batch in module.DEFAULT_CASES:
+        step = resolve(model, shape, batch, None)
+        assert step.batch == batch
+        names.append(step.name)
+    assert names == ["resnet50", "unet3d", "gpt2-medium"]
