@@ -97,6 +97,12 @@ EXPECTED_FAILURES = {
     # mutex. The test's GIL model gives up after 5 s and reports the deadlock as a failure.
     "device-memory-freed-under-a-storage-lock.patch": {
         "LargeModelSupportCudaTest.ReclaimInactiveFreesNoMemoryUnderAStorageLock"},
+    # The pinned pool counts only its free ranges, not those given back and waiting for their
+    # copies: it asks its thread for another chunk every training step (2 more in 6 warm steps
+    # of the test; on an H200 a k = 2 oversubscription step took 629 ms instead of 30 ms, 0.6 ms
+    # of pinning per MiB). No data is wrong: the test counts the chunks.
+    "host-pool-grows-while-copies-pending.patch": {
+        "LargeModelSupportCudaTest.ATrainingLoopPinsNoMoreHostMemoryOnceWarm"},
 }
 
 
