@@ -8,7 +8,9 @@
 # the copy-engine and oversubscription benchmarks, and writes logs, googletest
 # JSON reports, benchmark JSON + PNG and summary.json into RESULTS_DIR. Where
 # python3 has a CUDA torch, bench/peers.py then runs save_on_cpu and
-# checkpoint on the oversubscription shapes beside LMS (peers.json + PNG).
+# checkpoint on the oversubscription shapes beside LMS (peers.json + PNG), and
+# bench/planner_gpu_check.py checks lmsforge plan's predicted peaks
+# (planner-gpu.json).
 #
 # Exit codes:
 #   0  every test passed and every benchmark's data check passed
@@ -22,7 +24,7 @@ readonly EXIT_OK=0 EXIT_FAILED=1 EXIT_USAGE=2 EXIT_BUILD=3 EXIT_NO_CUDA=4
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 usage() {
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 out="" jobs="" build_dir="" quick=0 bench=1 build_only=0
@@ -78,7 +80,8 @@ finish() {
   "test_reports": [${tests_json%, }],
   "benchmarks": {"copy_engine": "$( [ -f "$out/copy-engine.json" ] && echo copy-engine.json )",
                  "oversubscription": "$( [ -f "$out/oversubscription.json" ] && echo oversubscription.json )",
-                 "peers": "$( [ -f "$out/peers.json" ] && echo peers.json )"}
+                 "peers": "$( [ -f "$out/peers.json" ] && echo peers.json )",
+                 "planner": "$( [ -f "$out/planner-gpu.json" ] && echo planner-gpu.json )"}
 }
 JSON
   say "$status: $reason (exit $code; results in $out)"
@@ -197,6 +200,19 @@ if [ "$bench" = 1 ]; then
       2>&1 | tee -a "$log"
     code=$?
     [ "$code" -eq 0 ] || failed+=("peers (exit $code)")
+  fi
+  # The planner's predicted peaks (lmsforge plan's trace) against this GPU's, stock torch.
+  if [ -z "$python" ] || ! "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+         >/dev/null 2>&1; then
+    say "planner: skipped: python3 here has no torch that sees a CUDA device"
+  elif [ "$quick" = 1 ]; then
+    say "planner: skipped with --quick (full-size models, about a minute)"
+  else
+    say "planner: its predicted peaks against this GPU's (bench/planner_gpu_check.py --fit)"
+    PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" "$python" "$here/bench/planner_gpu_check.py" \
+      --fit --steps 3 --out "$out/planner-gpu.json" 2>&1 | tee -a "$log"
+    code=$?
+    [ "$code" -eq 0 ] || failed+=("planner (exit $code)")
   fi
 fi
 
