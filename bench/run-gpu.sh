@@ -210,7 +210,7 @@ if [ "$bench" = 1 ]; then
   else
     say "planner: its predicted peaks against this GPU's (bench/planner_gpu_check.py --fit)"
     PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" "$python" "$here/bench/planner_gpu_check.py" \
-      --fit --steps 3 --out "$out/planner-gpu.json" 2>&1 | tee -a "$log"
+      --fit --steps 2 --out "$out/planner-gpu.json" 2>&1 | tee -a "$log"
     code=$?
     [ "$code" -eq 0 ] || failed+=("planner (exit $code)")
   fi
