@@ -5,8 +5,8 @@ The pass is read from the session's one verify of the series (conftest.bundled_v
 CI_LEVEL). Each mutation of tests/data/mutations/tensorflow-v2.14.1-sim takes out one wait or pin
 of the series' GPU code, and finding 1's regression (a paged-out chunk stamped free at once)
 comes from the CPU mutations: each must make the GPU test fail by wrong data or a failed check,
-under every seed, not by a crash. The mutations reuse the verified build's objects and
-recompile only the file a mutation changes.
+under every seed, not by a crash. The mutations reuse the verified build's objects, recompile
+only the file a mutation changes, and put the verified object back afterwards.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ EXPECTED_FAILURES = {
     "tensorflow-v2.14.1/paged-out-chunk-free-at-once.patch": {
         "GpuLmsTimestampedTest.APagedOutChunkWaitsForTheTrackerBeforeAnUnorderedWriter"},
 }
-GPU_TESTS = 17
+GPU_TESTS = 18
 
 
 @pytest.fixture(autouse=True)
@@ -137,6 +137,8 @@ def test_a_missing_wait_or_pin_fails_the_gpu_test(verified: tuple[Path, Path],
     subprocess.run(["git", "apply", str(MUTATIONS / mutation)], cwd=tree, check=True)
     changed = subprocess.run(["git", "diff", "--name-only"], cwd=tree, capture_output=True,
                              text=True, check=True).stdout.split()
+    verified_objects = {unit: core_sim.object_path(objects, unit).read_bytes()
+                        for unit in changed}
     try:
         core_sim.compile_all(changed, paths, objects, log, jobs=2)
         binary = core_sim.link(sources, objects, objects / "layout_guards.o", library, root, log)
@@ -144,7 +146,8 @@ def test_a_missing_wait_or_pin_fails_the_gpu_test(verified: tuple[Path, Path],
                 for seed in MUTATION_SEEDS]
     finally:
         subprocess.run(["git", "checkout", "--quiet", "--", "."], cwd=tree, check=True)
-        core_sim.compile_all(changed, paths, objects, log, jobs=2)
+        for unit, content in verified_objects.items():
+            core_sim.object_path(objects, unit).write_bytes(content)
     for run in runs:
         print(run.problem)
         # Every seed ran to its report and failed on the data or a check: nothing crashed.

@@ -43,6 +43,10 @@ REGRESSIONS = {
         "BfcAllocatorLmsTest.PagedOutChunksCoalesceUnderATimestampedAllocator"],
     # Finding 1 of the second review: a page-out chunk stamped 0 went to a writer that did not
     # wait for the compute stream (the GPU half: test_tensorflow_core_sim).
+    # Finding 4 of the second review: another user's page-in freed the host copy a running
+    # kernel had been given.
+    "host-copy-freed-under-its-kernel": [
+        "BfcAllocatorLmsTest.AHostCopyGivenToAKernelOutlivesItsPin"],
     "paged-out-chunk-free-at-once": [
         "BfcAllocatorLmsTest.PagedOutChunksWaitForTheFrontierOfUnorderedAllocations"],
     "malformed-switch-aborts": ["LmsSwitchTest.ReadsTheEnvironmentAndRejectsMalformedValues"],
