@@ -32,7 +32,7 @@ from typing import NamedTuple, Sequence
 from lmsforge.errors import CheckFailed
 from lmsforge.verify.levels import FAIL, MAX_FAILURES_NAMED, PASS, LevelResult
 from lmsforge.verify.pytorch_c10 import gtest
-from lmsforge.verify.tensorflow_tf import core_cpu, layout_audit
+from lmsforge.verify.tensorflow_tf import compile_units, core_cpu, layout_audit
 from lmsforge.verify.tensorflow_tf.toolchain import (CXX, GPU_DEFINES, WHEEL_FLAGS, Paths,
                                                      include_flags)
 
@@ -104,7 +104,7 @@ def command(source: str, paths: Paths, objects: Path) -> list[str]:
     if source == core_cpu.TENSOR_SOURCE:
         path = objects / "tensor_without_registration.cc"
         path.write_text(core_cpu.TENSOR_WITHOUT_REGISTRATION)
-    return [CXX, *WHEEL_FLAGS, *GPU_DEFINES, "-O0", "-w", *include_flags(paths, gpu=True),
+    return [CXX, *WHEEL_FLAGS, "-O0", "-w", *GPU_DEFINES, *include_flags(paths, gpu=True),
             "-c", str(path), "-o", str(object_path(objects, source))]
 
 
@@ -115,6 +115,36 @@ def compile_unit(source: str, paths: Paths, objects: Path) -> subprocess.Complet
 
 def object_path(objects: Path, source: str) -> Path:
     return objects / (source.strip("/").replace("/", "__") + ".o")
+
+
+def reuse_compiled(units: Sequence[str], paths: Paths, objects: Path, compiled: Paths,
+                   compiled_objects: Path) -> list[str]:
+    """Copies the `compile` level's object of each unit it compiled with this level's very command
+    (the GPU units: same flags; its regenerated protos and shims have the same contents) after
+    the unit's source last changed; returns the units still to compile."""
+    objects.mkdir(parents=True, exist_ok=True)
+    todo = []
+    for unit in units:
+        planned = [] if Path(unit).is_absolute() else compile_units.plan([unit])
+        if not planned:
+            todo.append(unit)
+            continue
+        source, old = paths.tree / unit, compile_units.object_path(compiled_objects, unit)
+        same = _normalised(compile_units.command(planned[0], compiled, compiled_objects),
+                           compiled) == _normalised(command(unit, paths, objects), paths)
+        if same and old.is_file() and source.is_file() and \
+                old.stat().st_mtime > source.stat().st_mtime:
+            shutil.copyfile(old, object_path(objects, unit))
+        else:
+            todo.append(unit)
+    return todo
+
+
+def _normalised(cmd: Sequence[str], paths: Paths) -> list[str]:
+    """A compile command with the level's own folders and its output named alike."""
+    words = list(cmd[:cmd.index("-o")]) if "-o" in cmd else list(cmd)
+    return [word.replace(str(paths.generated), "<generated>").replace(str(paths.shim), "<shim>")
+            for word in words]
 
 
 def compile_all(units: Sequence[str], paths: Paths, objects: Path, log: Path, jobs: int) -> None:
