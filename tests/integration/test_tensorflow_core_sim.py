@@ -22,7 +22,7 @@ from conftest import CORE_SIM_SEEDS
 from lmsforge.cache import Cache
 from lmsforge.upstream import tree as upstream
 from lmsforge.verify.levels import PASS
-from lmsforge.verify.tensorflow_tf import core_sim, inputs as tf_inputs, toolchain
+from lmsforge.verify.tensorflow_tf import core_sim, inputs as tf_inputs, layout_audit, toolchain
 
 pytestmark = pytest.mark.slow
 
@@ -102,6 +102,29 @@ def verified(bundled_verification, real_cache_dir: Path) -> tuple[Path, Path]:
     assert sim["status"] == PASS, sim["detail"]
     return (real_cache_dir / "trees" / "tensorflow" / "v2.14.1",
             real_cache_dir / "builds" / "tensorflow" / "v2.14.1" / "verify")
+
+
+def test_the_layout_audit_fails_when_a_changed_class_keeps_stock_members(
+        verified: tuple[Path, Path], real_cache_dir: Path, tmp_path: Path) -> None:
+    """Without op_kernel.cc in the program, OpKernelContext's stock members would run on
+    objects of the series' layout: the audit names one instead of letting the test run."""
+    tree, work = verified
+    unpacked = tf_inputs.unpacked_wheel(real_cache_dir)
+    paths = toolchain.Paths(tree, tf_inputs.include_dir(unpacked),
+                            work / "core-sim" / "generated", work / "core-sim" / "shim")
+    objects = sorted((work / "core-sim" / "obj").glob("*.o"))
+    without = [o for o in objects if "op_kernel.cc" not in o.name]
+    assert len(without) == len(objects) - 1
+    changed = ["tensorflow/core/framework/op_kernel.h", "tensorflow/core/framework/tensor.h",
+               "tensorflow/core/protobuf/config.pb.h"]
+    verdict = layout_audit.audit(paths, tf_inputs.library_dir(unpacked), tmp_path, changed,
+                                 without, tmp_path / "cache")
+    assert not verdict.ok
+    assert "tensorflow::OpKernelContext::" in verdict.detail, verdict.detail
+    unknown = layout_audit.audit(paths, tf_inputs.library_dir(unpacked), tmp_path,
+                                 [*changed, "tensorflow/core/framework/device.h"], objects,
+                                 tmp_path / "cache")
+    assert not unknown.ok and "does not cover" in unknown.detail
 
 
 @pytest.fixture(scope="module")
