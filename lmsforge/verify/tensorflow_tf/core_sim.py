@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 
 from lmsforge.errors import CheckFailed
+from lmsforge.verify.cmake_cache import forget_foreign_configuration
 from lmsforge.verify.levels import FAIL, MAX_FAILURES_NAMED, PASS, LevelResult
 from lmsforge.verify.pytorch_c10 import gtest
 from lmsforge.verify.tensorflow_tf import compile_units, core_cpu, layout_audit
@@ -190,6 +191,7 @@ def build_simulator(build_dir: Path, cuda_root: Path, wheel_cuda_include: Path, 
                     jobs: int) -> Path:
     """The simulator's driver front end and CUDA 11.8 runtime shim, built against the wheel's
     CUDA 11.8 headers; returns the folder that holds libcuda.so.1 and libcudart.so.11.0."""
+    forget_foreign_configuration(build_dir, SIM_SOURCE_DIR)
     configure = ["cmake", "-G", "Ninja", "-S", str(SIM_SOURCE_DIR), "-B", str(build_dir),
                  f"-DCUDAToolkit_ROOT={cuda_root}",
                  f"-DCUDAToolkit_INCLUDE_DIR={cuda_root / 'include'}",
