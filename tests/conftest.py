@@ -107,8 +107,8 @@ def core_package_builds(tmp_path_factory: pytest.TempPathFactory, real_cache_dir
 CORE_SIM_SEEDS = 6
 
 
-# The highest level CI can run per framework (TensorFlow has no simulated-CUDA level).
-CI_LEVEL = {"pytorch": "core-sim", "tensorflow": "core-cpu"}
+# The highest level CI can run per framework.
+CI_LEVEL = {"pytorch": "core-sim", "tensorflow": "core-sim"}
 
 
 @dataclasses.dataclass
@@ -131,8 +131,8 @@ def bundled_verification(tmp_path_factory: pytest.TempPathFactory,
     real cache, run once per session.
 
     That one run goes through every level CI can run for the series (apply, compile, core-cpu,
-    and core-sim for PyTorch), so the tests that check those levels on a bundled series
-    (test_core_sim, test_bundled_series, test_pytorch_codegen,
+    core-sim), so the tests that check those levels on a bundled series (test_core_sim,
+    test_tensorflow_core_sim, test_bundled_series, test_pytorch_codegen,
     test_declared_inputs_cover_builds) read its report and its tree and build folders instead
     of building the same tree again.
     """
@@ -142,7 +142,7 @@ def bundled_verification(tmp_path_factory: pytest.TempPathFactory,
         key = (framework, tag)
         if key not in _verifications:
             report = tmp_path_factory.mktemp("verify-report") / "verify.json"
-            extra = ["--sim-seeds", str(CORE_SIM_SEEDS)] if framework == "pytorch" else []
+            extra = ["--sim-seeds", str(CORE_SIM_SEEDS)]
             result = lmsforge("--cache-dir", str(real_cache_dir), "verify", "--framework",
                               framework, "--tag", tag, "--level", CI_LEVEL[framework], *extra,
                               "--report", str(report))

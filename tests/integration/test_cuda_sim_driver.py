@@ -158,6 +158,10 @@ def test_the_two_cuda_versions_meet_only_at_the_neutral_bridge() -> None:
         includes = [line for line in source.read_text().splitlines()
                     if line.startswith("#include")]
         assert all("cuda" not in line for line in includes), (source, includes)
+    for source in sorted((SOURCE_DIR / "runtime11").iterdir()):  # the CUDA 11.8 runtime shim
+        includes = [line for line in source.read_text().splitlines()
+                    if line.startswith("#include")]
+        assert includes == ['#include "bridge.h"', "#include <cuda_runtime_api.h>"], includes
     for source in sorted((SOURCE_DIR / "driver").iterdir()):
         for line in source.read_text().splitlines():
             if line.startswith("#include \""):

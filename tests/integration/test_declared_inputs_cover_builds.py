@@ -23,7 +23,8 @@ from lmsforge.upstream import tree as upstream
 from lmsforge.verify import inputs
 from lmsforge.cache import Cache
 from lmsforge.verify.pytorch_codegen import inputs as codegen_inputs, torchgen, units
-from lmsforge.verify.tensorflow_tf import compile_units, core_cpu, inputs as tf_inputs, toolchain
+from lmsforge.verify.tensorflow_tf import (compile_units, core_cpu, core_sim,
+                                           inputs as tf_inputs, toolchain)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("dpkg") is None, reason="needs dpkg (Debian)")]
@@ -158,3 +159,15 @@ def test_tensorflow_levels_read_only_declared_inputs(real_cache_dir, bundled_ver
                              *toolchain.include_flags(core_paths), str(tree / source)])
     assert undeclared(tested, "tensorflow", "core-cpu", real_cache_dir,
                       [tree, work / "core-cpu"]) == []
+
+    # core-sim: the GPU test with its ODR closure, and the simulator's driver front end (its
+    # sources are lmsforge's own files, in this checkout).
+    sim_paths = paths("core-sim")
+    sim_sources = core_sim.find_sources(tree, touched,
+                                        sorted(sim_paths.generated.rglob("*.pb.cc")))
+    simulated = ninja_deps(work / "core-sim" / "sim")
+    assert any(h.name == "cuda.h" for h in simulated)
+    for source in [*sim_sources.library, *sim_sources.tests]:
+        simulated |= make_deps(core_sim.command(source, sim_paths, work / "core-sim" / "obj"))
+    assert undeclared(simulated, "tensorflow", "core-sim", real_cache_dir,
+                      [tree, work / "core-sim", REPO_ROOT / "lmsforge"]) == []

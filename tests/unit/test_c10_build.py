@@ -231,3 +231,25 @@ def test_build_folder_from_another_lmsforge_copy_is_started_afresh(tmp_path):
     (ours / "CMakeCache.txt").write_text(f"CMAKE_HOME_DIRECTORY:INTERNAL={CMAKE_DIR}\n")
     _forget_foreign_configuration(ours)
     assert (ours / "CMakeCache.txt").is_file()
+
+
+def test_the_simulated_driver_build_of_another_lmsforge_copy_is_started_afresh(tmp_path,
+                                                                                monkeypatch):
+    """TensorFlow's core-sim builds the simulator with cmake too: a cache folder configured by
+    another checkout made the level fail with cmake's "does not match the source" error."""
+    from lmsforge.errors import CheckFailed
+    from lmsforge.verify.tensorflow_tf import core_sim
+
+    build = tmp_path / "sim-build"
+    build.mkdir()
+    (build / "CMakeCache.txt").write_text("CMAKE_HOME_DIRECTORY:INTERNAL=/elsewhere/sim\n")
+    seen = []
+
+    def fake_run(cmd, **kwargs):
+        seen.append((cmd[:3], (build / "CMakeCache.txt").exists()))
+        return subprocess.CompletedProcess(cmd, 1, "", "stop here")
+
+    monkeypatch.setattr(core_sim.subprocess, "run", fake_run)
+    with pytest.raises(CheckFailed):
+        core_sim.build_simulator(build, tmp_path, tmp_path, tmp_path / "log", 1)
+    assert seen == [(["cmake", "-G", "Ninja"], False)]

@@ -11,9 +11,10 @@ import pytest
 from fixtures import lmsforge
 from lmsforge.errors import UsageError
 from lmsforge.frameworks import pytorch, tensorflow
-from lmsforge.verify.levels import FAIL, LEVELS, PASS, SKIPPED, LevelContext
+from lmsforge.verify.levels import FAIL, LEVELS, PASS, LevelContext
 from lmsforge.verify.pytorch_c10 import build, sim_level
 from lmsforge.verify.pytorch_c10.gtest import GtestReport
+from lmsforge.verify.tensorflow_tf import core_sim
 
 BINARY = Path("/b/lms_cuda_tests_sim")
 BUILT = build.BuildResult(12.0, 3, Path("/b/build.log"))
@@ -37,12 +38,43 @@ def test_core_sim_sits_between_core_cpu_and_core_gpu() -> None:
     assert set(pytorch._RUNNERS) == set(tensorflow._RUNNERS) == set(LEVELS) - {"apply"}
 
 
-def test_tensorflow_has_no_core_sim(tmp_path: Path) -> None:
-    ctx = LevelContext("tensorflow", "v2.14.1", tmp_path, "0" * 40, tmp_path / "w",
-                       say=lambda _: None)
-    result = tensorflow.run_level("core-sim", ctx)
-    assert result.status == SKIPPED
-    assert "simulated CUDA runtime" in result.detail
+def test_tensorflow_core_sim_builds_the_gpu_test_with_its_closure(tmp_path: Path) -> None:
+    """What TensorFlow's core-sim compiles: core-cpu's library, the series' touched GPU and
+    common_runtime units (not tests), the closure, the regenerated protos, and the GPU test."""
+    for path in ("tensorflow/tsl/framework/bfc_allocator.cc",
+                 "tensorflow/tsl/framework/lms/lms_manager.cc",
+                 "tensorflow/tsl/framework/lms/bfc_allocator_lms_test.cc",
+                 "tensorflow/core/common_runtime/gpu/gpu_lms_test.cc",
+                 "tensorflow/core/common_runtime/scoped_allocator_mgr.cc"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    touched = ["tensorflow/core/common_runtime/gpu/gpu_device.cc",
+               "tensorflow/core/common_runtime/gpu/gpu_lms_test.cc",
+               "tensorflow/core/common_runtime/scoped_allocator.cc",
+               "tensorflow/core/common_runtime/gpu/gpu_bfc_allocator.h",
+               "tensorflow/python/tfe_wrapper.cc"]
+    generated = [tmp_path / "gen" / "tensorflow/core/protobuf/config.pb.cc"]
+    sources = core_sim.find_sources(tmp_path, touched, generated)
+    assert sources.tests == ["tensorflow/core/common_runtime/gpu/gpu_lms_test.cc"]
+    assert sources.library == [
+        "tensorflow/tsl/framework/bfc_allocator.cc", "tensorflow/tsl/framework/lms/lms_manager.cc",
+        "tensorflow/core/common_runtime/gpu/gpu_device.cc",
+        "tensorflow/core/common_runtime/scoped_allocator.cc",
+        "tensorflow/core/common_runtime/scoped_allocator_mgr.cc", str(generated[0])]
+    assert core_sim.find_sources(tmp_path / "empty", [], []).tests == []
+
+
+def test_a_tensorflow_core_sim_failure_names_its_seed_and_replay(tmp_path: Path) -> None:
+    report = GtestReport(16, 1, 0, 0, ("GpuLmsTest.PageOutWaits",))
+    runs = [core_sim.SeedRun(1, GtestReport(17, 0, 0, 0, ()), "", 1.0, tmp_path / "1.log"),
+            core_sim.SeedRun(2, report, "1 tests failed: GpuLmsTest.PageOutWaits; replay: "
+                             "LMS_SIM_DEVICES=2 LMS_SIM_SEED=2 ...", 1.0, tmp_path / "2.log")]
+    result = core_sim.judge(runs, {"audit_summary": "ok"}, "log")
+    assert result.status == FAIL
+    assert result.detail.startswith("1 of 2 seeds failed; seed 2: 1 tests failed")
+    assert result.facts["simulated"] is True and result.facts["gpu"] is False
+    passed = core_sim.judge(runs[:1], {"audit_summary": "5 classes change layout"}, "log")
+    assert passed.status == PASS and "not a GPU result" in passed.detail
 
 
 def test_a_tree_without_cuda_tests_fails(tmp_path: Path) -> None:

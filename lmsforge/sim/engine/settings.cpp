@@ -72,6 +72,7 @@ Settings read_settings() {
   s.max_delay_us = read_unsigned("LMS_SIM_MAX_DELAY_US", 3000, 0, 10 * 1000 * 1000);
   s.spin_scale = read_double("LMS_SIM_SPIN_SCALE", 1.0);
   s.trace = read_unsigned("LMS_SIM_TRACE", 0, 0, 1) == 1;
+  s.poll_clock = read_unsigned("LMS_SIM_POLL_CLOCK", 0, 0, 1) == 1;
   const char* calibration = std::getenv("LMS_SIM_CALIBRATION");
   s.calibration_file = calibration != nullptr ? calibration : "";
   s.sparse_data = read_unsigned("LMS_SIM_SPARSE_DATA", 0, 0, 1) == 1;

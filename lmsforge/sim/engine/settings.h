@@ -17,6 +17,7 @@ struct Settings {
   uint64_t max_delay_us;       // LMS_SIM_MAX_DELAY_US, the longest random delay, default 3000
   double spin_scale;           // LMS_SIM_SPIN_SCALE, factor on "sleep" kernel durations, default 1
   bool trace;                  // LMS_SIM_TRACE=1: one stderr line per executed operation
+  bool poll_clock;             // LMS_SIM_POLL_CLOCK=1: a not-ready query moves its clock on
   std::string calibration_file;  // LMS_SIM_CALIBRATION: costs that override the H100's
   bool sparse_data;            // LMS_SIM_SPARSE_DATA=1: data moves in sample windows only
 };

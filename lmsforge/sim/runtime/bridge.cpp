@@ -181,6 +181,13 @@ Status stream_synchronize(void* stream) {
   return cudaStreamSynchronize(as_stream(stream));
 }
 
+Status stream_capture_status(void* stream, int* status) {
+  cudaStreamCaptureStatus captured = cudaStreamCaptureStatusNone;
+  const Status result = cudaStreamIsCapturing(as_stream(stream), &captured);
+  *status = static_cast<int>(captured);
+  return result;
+}
+
 Status stream_wait_event(void* stream, void* event) {
   return cudaStreamWaitEvent(as_stream(stream), as_event(event), 0);
 }

@@ -47,6 +47,9 @@ Status stream_wait_event(void* stream, void* event);
 Status stream_priority_range(int* least, int* greatest);
 Status launch_host_function(void* stream, void (*function)(void*), void* data);
 Status synchronize_current_device();
+// The stream's capture status in the numbering both APIs share (0 none, 1 active,
+// 2 invalidated).
+Status stream_capture_status(void* stream, int* status);
 
 Status event_create(void** event, bool disable_timing);
 Status event_destroy(void* event);

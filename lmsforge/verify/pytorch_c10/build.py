@@ -11,6 +11,7 @@ from typing import NamedTuple, Sequence
 
 from lmsforge import bundled
 from lmsforge.errors import CheckFailed, LmsforgeError
+from lmsforge.verify.cmake_cache import forget_foreign_configuration
 from lmsforge.verify.levels import Timer
 from lmsforge.verify.pytorch_c10 import inputs
 from lmsforge.verify.pytorch_c10.process import run_logged
@@ -49,16 +50,8 @@ class BuildResult(NamedTuple):
 
 
 def _forget_foreign_configuration(build_dir: Path) -> None:
-    """A build folder configured from another copy of lmsforge (another checkout, a moved
-    install) makes cmake refuse to run; the folder is our cache, so start it afresh."""
-    cache_file = build_dir / "CMakeCache.txt"
-    if not cache_file.is_file():
-        return
-    for line in cache_file.read_text(errors="replace").splitlines():
-        if line.startswith("CMAKE_HOME_DIRECTORY:INTERNAL="):
-            if Path(line.split("=", 1)[1]).resolve() != Path(CMAKE_DIR).resolve():
-                shutil.rmtree(build_dir)
-            return
+    """A build folder configured from another copy of lmsforge starts afresh (cmake_cache)."""
+    forget_foreign_configuration(build_dir, CMAKE_DIR)
 
 
 # The benchmarks use c10's CachingDeviceAllocator statistics API (PyTorch 2.x).

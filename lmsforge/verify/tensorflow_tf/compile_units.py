@@ -20,6 +20,7 @@ from lmsforge.verify.tensorflow_tf.toolchain import (CXX, GPU_DEFINES, WHEEL_FLA
 GPU_PREFIXES = ("tensorflow/core/common_runtime/gpu/", "tensorflow/compiler/xla/stream_executor/")
 PYTHON_PREFIXES = ("tensorflow/python/",)
 CUDNN_SHIMMED = ("tensorflow/core/common_runtime/gpu/gpu_device.cc",)
+LLVM_SHIMMED_PREFIXES = ("tensorflow/core/kernels/mlir_generated/",)
 
 
 class Unit(NamedTuple):
@@ -50,6 +51,9 @@ def plan(touched: Sequence[str]) -> list[Unit]:
             notes.append("GOOGLE_CUDA=1 against the wheel's CUDA 11.8 headers")
         if path in CUDNN_SHIMMED:
             notes.append("cudnn.h replaced by a version-macro shim (not in the wheel)")
+        if path.startswith(LLVM_SHIMMED_PREFIXES):
+            notes.append("LLVM's SmallVector and MLIR's CRunnerUtils.h replaced by stand-ins "
+                         "(not in the wheel)")
         if python:
             notes.append("syntax only: pybind11 module, linking needs the Python build")
         units.append(Unit(path, python, gpu, python, "; ".join(notes)))

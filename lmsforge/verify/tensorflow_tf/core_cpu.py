@@ -5,9 +5,10 @@ defined in a program take precedence over the library's unpatched copies:
 
 - ``bfc_allocator_lms_test``: the patched ``tsl::BFCAllocator`` and the LMS core, driven
   directly (``tensorflow/tsl/framework/lms/*_test.cc``);
-- ``lms_tensor_test``: the same plus the patched ``tensor.cc``, ``lms_tensor.cc`` and
-  ``op_kernel.cc``, so real Tensors, slices, ``TensorBuffer::data()`` and ``OpKernelContext``
-  pins are under test (``tensorflow/core/framework/lms_*_test.cc``). ``tensor.cc`` is compiled
+- ``lms_tensor_test``: the same plus the patched ``tensor.cc``, ``lms_tensor.cc``,
+  ``op_kernel.cc`` and the MLIR-generated kernels' ``base_op.cc``, so real Tensors, slices,
+  ``TensorBuffer::data()``, ``OpKernelContext`` pins and MLIR output buffers are under test
+  (``tensorflow/core/framework/lms_*_test.cc``). ``tensor.cc`` is compiled
   without its variant-decoder registration, which the library has already made (a second one
   aborts at start-up).
 
@@ -31,7 +32,9 @@ ALLOCATOR_SOURCES = ("tensorflow/tsl/framework/bfc_allocator.cc",
                      "tensorflow/tsl/framework/bfc_allocator_lms.cc")
 FRAMEWORK_SOURCES = ("tensorflow/core/framework/tensor.cc",
                      "tensorflow/core/framework/lms_tensor.cc",
-                     "tensorflow/core/framework/op_kernel.cc")
+                     "tensorflow/core/framework/op_kernel.cc",
+                     # the TensorBuffer of MLIR-generated kernels' outputs (LLVM stand-ins)
+                     "tensorflow/core/kernels/mlir_generated/base_op.cc")
 TENSOR_SOURCE = FRAMEWORK_SOURCES[0]
 TEST_BINARY = "bfc_allocator_lms_test"
 TENSOR_TEST_BINARY = "lms_tensor_test"

@@ -24,18 +24,69 @@ CUDNN_SHIM = "#define CUDNN_MAJOR 8\n#define CUDNN_MINOR 6\n#define CUDNN_PATCHL
 PROTOS = ("tensorflow/core/protobuf/config.proto",)
 
 
+# The wheel has no LLVM or MLIR headers; MLIR-generated kernels' base_op.{h,cc} use only these
+# (a descriptor's byte buffer and the argument list of the generated function).
+LLVM_SHIMS = {
+    "llvm/ADT/SmallVector.h": """\
+// lmsforge's stand-in for LLVM's SmallVector: the members base_op.{h,cc} use.
+#pragma once
+#include <cstddef>
+#include <vector>
+namespace llvm {
+template <typename T>
+class SmallVectorImpl {
+ public:
+  T* data() { return items_.data(); }
+  const T* data() const { return items_.data(); }
+  size_t size() const { return items_.size(); }
+  T* begin() { return items_.data(); }
+  T* end() { return items_.data() + items_.size(); }
+  T& operator[](size_t i) { return items_[i]; }
+  void push_back(const T& item) { items_.push_back(item); }
+  void resize(size_t n) { items_.resize(n); }
+  void resize_for_overwrite(size_t n) { items_.resize(n); }
+ protected:
+  SmallVectorImpl() = default;
+  explicit SmallVectorImpl(size_t n) : items_(n) {}
+ private:
+  std::vector<T> items_;
+};
+template <typename T, unsigned N = 0>
+class SmallVector : public SmallVectorImpl<T> {
+ public:
+  SmallVector() = default;
+  explicit SmallVector(size_t n) : SmallVectorImpl<T>(n) {}
+};
+}  // namespace llvm
+""",
+    "llvm/ADT/ArrayRef.h": """\
+// lmsforge's stand-in for LLVM's ArrayRef (base_op.h includes it).
+#pragma once
+namespace llvm {
+template <typename T>
+class ArrayRef;
+}  // namespace llvm
+""",
+    "mlir/ExecutionEngine/CRunnerUtils.h": """\
+// lmsforge's stand-in for MLIR's CRunnerUtils.h (base_op.h includes it, uses none of it).
+#pragma once
+""",
+}
+
+
 class Paths(NamedTuple):
     tree: Path
     wheel_include: Path
     generated: Path  # protoc output
-    shim: Path  # the cuDNN version shim
+    shim: Path  # stand-ins for headers the wheel lacks (cuDNN's version, LLVM's SmallVector)
 
 
 def include_flags(paths: Paths, *, gpu: bool = False, python: bool = False) -> list[str]:
     inc = paths.wheel_include
     dirs = [paths.generated, paths.tree, inc, inc / "external" / "farmhash_archive" / "src"]
     if gpu:
-        dirs += [inc / "third_party" / "gpus" / "cuda" / "include", paths.shim]
+        dirs += [inc / "third_party" / "gpus" / "cuda" / "include"]
+    dirs.append(paths.shim)  # last: only what nothing before it has
     if python:
         dirs += [inc / "external" / "pybind11" / "include", Path(sysconfig.get_paths()["include"])]
         dirs.append(inputs.numpy_include(default_cache_dir()))
@@ -46,6 +97,13 @@ def write_cudnn_shim(shim: Path) -> None:
     header = shim / "third_party" / "gpus" / "cudnn" / "cudnn.h"
     header.parent.mkdir(parents=True, exist_ok=True)
     header.write_text(CUDNN_SHIM)
+
+
+def write_llvm_shims(shim: Path) -> None:
+    for name, text in LLVM_SHIMS.items():
+        header = shim / name
+        header.parent.mkdir(parents=True, exist_ok=True)
+        header.write_text(text)
 
 
 def generate_protos(protoc: Path, paths: Paths) -> list[Path]:
