@@ -11,7 +11,7 @@ import pytest
 from fixtures import lmsforge
 from lmsforge.errors import UsageError
 from lmsforge.frameworks import pytorch, tensorflow
-from lmsforge.verify.levels import FAIL, LEVELS, PASS, LevelContext
+from lmsforge.verify.levels import FAIL, LEVELS, PASS, SKIPPED, LevelContext
 from lmsforge.verify.pytorch_c10 import build, sim_level
 from lmsforge.verify.pytorch_c10.gtest import GtestReport
 from lmsforge.verify.tensorflow_tf import core_sim
