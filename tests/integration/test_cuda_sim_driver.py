@@ -23,7 +23,7 @@ from lmsforge.verify.tensorflow_tf import inputs as tf_inputs
 
 pytestmark = pytest.mark.slow
 
-DRIVER_TESTS = 13
+DRIVER_TESTS = 14
 WHEEL_CUDA_VERSION = 11080  # CUDA_VERSION in the wheel's third_party/gpus/cuda/include/cuda.h
 
 
@@ -103,8 +103,11 @@ assert driver.cuStreamSynchronize(stream) == 0
 back = (ctypes.c_uint8 * 16)()
 assert runtime.cudaMemcpy(back, ctypes.c_void_p(pointer.value), 16, 2) == 0  # device to host
 assert list(back) == [7] * 16, list(back)
+other = ctypes.c_void_p()
+assert driver.cuStreamCreate(ctypes.byref(other), 0) == 0
+assert runtime.cudaStreamQuery(other) == 0  # a driver stream is a runtime stream
 assert runtime.cudaStreamDestroy(stream) == 0
-assert driver.cuStreamQuery(stream) == 400  # CUDA_ERROR_INVALID_HANDLE: gone for both
+assert driver.cuStreamDestroy_v2(other) == 0
 print("one engine")
 """
 

@@ -5,6 +5,9 @@
 #include "settings.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 
 namespace lms_sim {
 
@@ -14,13 +17,36 @@ thread_local int thread_device = 0;
 // The calling thread's per-thread default stream of each device.
 thread_local std::vector<StreamRef> thread_streams;
 
+thread_local const char* thread_call = nullptr;
+
 void prune(std::vector<std::weak_ptr<StreamState>>& streams) {
   streams.erase(std::remove_if(streams.begin(), streams.end(),
                                [](const std::weak_ptr<StreamState>& s) { return s.expired(); }),
                 streams.end());
 }
 
+std::string address(const void* handle) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%p", handle);
+  return text;
+}
+
+[[noreturn]] void destroyed_handle(const std::string& what) {
+  const char* call = current_call();
+  report(std::string(call != nullptr ? call : "a CUDA call") + " on " + what +
+         ", destroyed earlier: undefined behaviour on a GPU (a crash there)");
+  std::abort();
+}
+
 } // namespace
+
+const char* current_call() {
+  return thread_call;
+}
+
+void set_current_call(const char* call) {
+  thread_call = call;
+}
 
 Device::Device(int index_, size_t capacity)
     : index(index_),
@@ -121,6 +147,10 @@ StreamRef Runtime::resolve(StreamHandle handle, Status* status) {
   }
   std::lock_guard<std::mutex> guard(handles_mutex_);
   if (streams_.count(handle) == 0) {
+    auto destroyed = destroyed_streams_.find(handle);
+    if (destroyed != destroyed_streams_.end()) {
+      destroyed_handle("stream " + std::to_string(destroyed->second));
+    }
     *status = kErrorInvalidResourceHandle;
     return nullptr;
   }
@@ -144,18 +174,27 @@ StreamHandle Runtime::create_stream(int index, unsigned flags, int priority) {
 Status Runtime::destroy_stream(StreamHandle handle) {
   {
     std::lock_guard<std::mutex> guard(handles_mutex_);
+    auto destroyed = destroyed_streams_.find(handle);
+    if (destroyed != destroyed_streams_.end()) {
+      destroyed_handle("stream " + std::to_string(destroyed->second));
+    }
     if (handle == nullptr || streams_.erase(handle) == 0) {
       return kErrorInvalidResourceHandle;
     }
+    destroyed_streams_.emplace(handle, handle->state->id);
   }
-  // Work already queued still runs, as on a GPU; the handle is gone now.
+  // Work already queued still runs, as on a GPU; the handle is gone now. It
+  // stays allocated (an empty shell), remembered as destroyed: see resolve.
   handle->state->retire();
-  delete handle;
+  handle->state.reset();
   return kSuccess;
 }
 
 std::shared_ptr<EventState> Runtime::resolve(EventHandle handle, Status* status) {
   std::lock_guard<std::mutex> guard(handles_mutex_);
+  if (destroyed_events_.count(handle) != 0) {
+    destroyed_handle("event " + address(handle));
+  }
   if (handle == nullptr || events_.count(handle) == 0) {
     *status = kErrorInvalidResourceHandle;
     return nullptr;
@@ -174,11 +213,17 @@ EventHandle Runtime::create_event(int index, unsigned flags) {
 Status Runtime::destroy_event(EventHandle handle) {
   {
     std::lock_guard<std::mutex> guard(handles_mutex_);
+    if (destroyed_events_.count(handle) != 0) {
+      destroyed_handle("event " + address(handle));
+    }
     if (handle == nullptr || events_.erase(handle) == 0) {
       return kErrorInvalidResourceHandle;
     }
+    destroyed_events_.insert(handle);
   }
-  delete handle;  // a pending record keeps its marker; nothing else refers to the event
+  // A pending record keeps its marker; nothing else refers to the event. The
+  // handle stays allocated, remembered as destroyed (see resolve).
+  handle->state.reset();
   return kSuccess;
 }
 

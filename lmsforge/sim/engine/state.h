@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -47,6 +48,10 @@ struct Place {
   bool live;   // device: [ptr, ptr + bytes) lies inside one live allocation
 };
 
+// The runtime call running on this thread (api_call sets it), for messages.
+const char* current_call();
+void set_current_call(const char* call);
+
 class Runtime {
  public:
   static Runtime& get();
@@ -71,6 +76,10 @@ class Runtime {
 
   // Streams. A null handle and legacy_stream_handle() mean the current device's
   // legacy stream; per_thread_stream_handle() the calling thread's default stream.
+  // A handle destroyed earlier ends the process (one line on stderr naming the
+  // call, then abort()): on a GPU it is a dangling pointer the driver
+  // dereferences, undefined behaviour that crashes there, so a program must
+  // never pass one, and an error code here would hide it.
   StreamRef resolve(StreamHandle handle, Status* status);
   StreamHandle create_stream(int device, unsigned flags, int priority);
   Status destroy_stream(StreamHandle handle);
@@ -122,6 +131,11 @@ class Runtime {
   std::mutex handles_mutex_;
   std::unordered_set<StreamHandle> streams_;
   std::unordered_set<EventHandle> events_;
+  // Handles destroyed earlier, never freed so that no later handle reuses
+  // their address: a call that names one ends the process (destroyed_handle).
+  // A stream keeps its id for the message.
+  std::unordered_map<StreamHandle, uint64_t> destroyed_streams_;
+  std::unordered_set<EventHandle> destroyed_events_;
   std::atomic<int> host_functions_{0};  // queued or running
 };
 

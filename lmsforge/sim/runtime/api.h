@@ -32,6 +32,12 @@ cudaError_t api_call(const char* function, Body&& body) {
   if (in_host_function()) {
     return as_cuda(record(kErrorNotPermitted));
   }
+  // Names the call in the message of a destroyed handle (state.h).
+  struct CallName {
+    const char* previous = current_call();
+    explicit CallName(const char* call) { set_current_call(call); }
+    ~CallName() { set_current_call(previous); }
+  } call_name(function);
   try {
     Runtime& runtime = Runtime::get();
     Status sticky = runtime.sticky_error(runtime.current_device());

@@ -273,9 +273,9 @@ TEST_F(Driver, StreamAndEventErrors) {
   CU_OK(cuStreamDestroy(other));
   CU_OK(cuCtxSetCurrent(ctx0_));
   CU_OK(cuStreamDestroy(stream));
-  EXPECT_EQ(CUDA_ERROR_INVALID_HANDLE, cuStreamQuery(stream));
   CU_OK(cuEventDestroy(event));
-  EXPECT_EQ(CUDA_ERROR_INVALID_HANDLE, cuEventQuery(event));
+  // A destroyed handle is no error code but the end of the process
+  // (DriverUnmodelled.ADestroyedStreamOrEventEndsTheProcess).
   int least = 1;
   int greatest = 1;
   CU_OK(cuCtxGetStreamPriorityRange(&least, &greatest));
@@ -494,6 +494,23 @@ TEST_F(DriverUnmodelled, UnmodelledCallsAbortNamingThemselves) {
   EXPECT_DEATH(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, pointer),
                "cuPointerGetAttribute is not simulated: attribute 8");
   CU_OK(cuMemFree(pointer));
+}
+
+// The runtime's rule through the driver (one engine): a handle destroyed
+// earlier is a dangling pointer on a GPU, so the process ends, naming the
+// runtime call the driver's call is answered by, and the handle.
+TEST_F(DriverUnmodelled, ADestroyedStreamOrEventEndsTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  CUstream stream = nullptr;
+  CU_OK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CU_OK(cuStreamDestroy(stream));
+  EXPECT_DEATH(cuStreamQuery(stream),
+               "lms_cuda_sim: cudaStreamQuery on stream [0-9]+, destroyed earlier: undefined "
+               "behaviour on a GPU");
+  CUevent event = nullptr;
+  CU_OK(cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
+  CU_OK(cuEventDestroy(event));
+  EXPECT_DEATH(cuEventQuery(event), "cudaEventQuery on event 0x[0-9a-f]+, destroyed earlier");
 }
 
 }  // namespace

@@ -242,19 +242,18 @@ TEST_F(Sim, HostPointerPassedAsDevicePointerIsAnError) {
   (void)cudaGetLastError();
 }
 
+// Handles that never were one are refused with an error code; handles
+// destroyed earlier end the process (SimDeathTest below).
 TEST_F(Sim, InvalidHandlesAreRefused) {
   cudaStream_t s = nullptr;
-  ASSERT_CUDA(cudaStreamCreate(&s));
-  ASSERT_CUDA(cudaStreamDestroy(s));
-  EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorInvalidResourceHandle);
-  EXPECT_EQ(cudaStreamDestroy(s), cudaErrorInvalidResourceHandle);
-  cudaEvent_t e = nullptr;
-  ASSERT_CUDA(cudaEventCreate(&e));
-  ASSERT_CUDA(cudaEventDestroy(e));
-  EXPECT_EQ(cudaEventQuery(e), cudaErrorInvalidResourceHandle);
-  EXPECT_EQ(cudaEventRecord(e, nullptr), cudaErrorInvalidResourceHandle);
   int garbage = 0;
   EXPECT_EQ(cudaStreamQuery(reinterpret_cast<cudaStream_t>(&garbage)),
+            cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(cudaStreamDestroy(reinterpret_cast<cudaStream_t>(&garbage)),
+            cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(cudaEventQuery(reinterpret_cast<cudaEvent_t>(&garbage)),
+            cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(cudaEventRecord(reinterpret_cast<cudaEvent_t>(&garbage), nullptr),
             cudaErrorInvalidResourceHandle);
   EXPECT_EQ(cudaStreamCreateWithFlags(&s, 0x80), cudaErrorInvalidValue);
   (void)cudaGetLastError();
@@ -698,6 +697,60 @@ TEST_F(Sim, CaptureMustEndOnItsThread) {
 }
 
 // ---- loud ends: each in a child process -------------------------------------------
+
+// On a GPU a destroyed cudaStream_t or cudaEvent_t is a dangling pointer the
+// driver dereferences: undefined behaviour, a crash on the H200 (issue: LMS
+// recorded an event on a destroyed external stream). The simulator ends the
+// process naming the call and the handle instead of returning an error code
+// the program could catch and carry on with.
+TEST(SimDeathTest, ADestroyedStreamEndsTheProcessNamingTheCall) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        cudaStream_t s = nullptr;
+        cudaEvent_t e = nullptr;
+        if (cudaStreamCreate(&s) != cudaSuccess || cudaEventCreate(&e) != cudaSuccess ||
+            cudaStreamDestroy(s) != cudaSuccess) {
+          std::exit(2);
+        }
+        (void)cudaEventRecord(e, s);
+      },
+      "lms_cuda_sim: cudaEventRecord on stream [0-9]+, destroyed earlier: undefined "
+      "behaviour on a GPU \\(a crash there\\)");
+  EXPECT_DEATH(
+      {
+        cudaStream_t s = nullptr;
+        cudaEvent_t e = nullptr;
+        if (cudaStreamCreate(&s) != cudaSuccess || cudaEventCreate(&e) != cudaSuccess ||
+            cudaStreamDestroy(s) != cudaSuccess) {
+          std::exit(2);
+        }
+        (void)cudaStreamWaitEvent(s, e, 0);
+      },
+      "cudaStreamWaitEvent on stream [0-9]+, destroyed earlier");
+  EXPECT_DEATH(
+      {
+        cudaStream_t s = nullptr;
+        if (cudaStreamCreate(&s) != cudaSuccess || cudaStreamDestroy(s) != cudaSuccess) {
+          std::exit(2);
+        }
+        (void)cudaStreamDestroy(s);
+      },
+      "cudaStreamDestroy on stream [0-9]+, destroyed earlier");
+}
+
+TEST(SimDeathTest, ADestroyedEventEndsTheProcessNamingTheCall) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        cudaEvent_t e = nullptr;
+        if (cudaEventCreate(&e) != cudaSuccess || cudaEventDestroy(e) != cudaSuccess) {
+          std::exit(2);
+        }
+        (void)cudaEventQuery(e);
+      },
+      "cudaEventQuery on event 0x[0-9a-f]+, destroyed earlier");
+}
 
 TEST(SimDeathTest, UnimplementedFunctionAbortsNamingItself) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
