@@ -6,7 +6,6 @@ path as core-cpu). Slow: it compiles the simulator."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import subprocess
@@ -64,9 +63,19 @@ def test_driver_under_a_seed(build: Path, tmp_path: Path, seed: str) -> None:
 
 def test_driver_implements_the_wheels_cuda_h_over_the_shared_engine(build: Path) -> None:
     driver = build / "libcuda.so.1"
-    version = ctypes.c_int(0)
-    assert ctypes.CDLL(str(driver)).cuDriverGetVersion(ctypes.byref(version)) == 0
-    assert version.value == WHEEL_CUDA_VERSION
+    # In a child process: loaded into pytest's own, the simulator's libcuda.so.1 answers every
+    # later dlopen("libcuda.so.1") of the session, and a CUDA torch's lazy initialisation in
+    # another test (autograd's backward asks for the device count) then ran on the simulator and
+    # aborted the whole run.
+    probe = subprocess.run(
+        [sys.executable, "-c",
+         "import ctypes, sys; version = ctypes.c_int(0); "
+         "status = ctypes.CDLL(sys.argv[1]).cuDriverGetVersion(ctypes.byref(version)); "
+         "print(status, version.value)", str(driver)],
+        capture_output=True, text=True, check=True)
+    status, version = map(int, probe.stdout.split())
+    assert status == 0
+    assert version == WHEEL_CUDA_VERSION
     # One simulator: the driver holds no engine of its own, it needs the runtime library's.
     dynamic = subprocess.run(["readelf", "-d", "-W", str(driver)], capture_output=True,
                              text=True, check=True).stdout
