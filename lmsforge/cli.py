@@ -551,15 +551,28 @@ def run() -> None:
     """The `lmsforge` program (console script and `python -m lmsforge`)."""
     native_exit.handle_signals()
     ui.guard_stdout()
+    status: object = 0
     try:
         main(standalone_mode=True)
     except SystemExit as exc:
-        native_exit.finish(exc.code)
+        status = exc.code
     except click.exceptions.Abort:
         native_exit.finish(EXIT_USAGE)
     except ui.OutputClosed:  # click's own output (--help, --version) to a reader that went away
         native_exit.finish(0)
     except LmsforgeError as exc:  # the same for standard output that cannot be written
         ui.error(redact(str(exc)))
+        ui.silence_stdout()
         native_exit.finish(exc.exit_code)
-    native_exit.finish(0)
+    # What is still buffered is written now, where a failure is reported like any other (once:
+    # a command that failed has said why already, maybe this very write).
+    try:
+        sys.stdout.flush()
+    except ui.OutputClosed:
+        pass
+    except LmsforgeError as exc:
+        ui.silence_stdout()
+        if status in (0, None):
+            ui.error(redact(str(exc)))
+            native_exit.finish(exc.exit_code)
+    native_exit.finish(status)

@@ -189,6 +189,17 @@ class _GuardedStdout:
         return getattr(self._stream, name)
 
 
+def silence_stdout() -> None:
+    """Once a failed write to standard output has been reported: what is still buffered, and the
+    interpreter's last flush of it, go nowhere (that flush failing again would end the process
+    with Python's "Exception ignored" and exit code 120 instead of ours)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
 def guard_stdout() -> None:
     """Make sys.stdout a ``_GuardedStdout`` (the program only; tests capture output their way)."""
     if not isinstance(sys.stdout, _GuardedStdout):
