@@ -18,11 +18,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
-from lmsforge.errors import CheckFailed, UsageError
-from lmsforge.verify.levels import (FAIL, MAX_FAILURES_NAMED, PASS, SKIPPED, LevelContext,
+from lmsforge.errors import UsageError
+from lmsforge.verify.levels import (FAIL, PASS, SKIPPED, LevelContext,
                                     LevelResult, Timer)
-from lmsforge.verify.pytorch_c10 import build, gtest
+from lmsforge.verify.pytorch_c10 import build, sim_seeds
 from lmsforge.verify.pytorch_c10.process import run_logged
+from lmsforge.verify.pytorch_c10.sim_seeds import SeedRun
 
 LEVEL = "core-sim"
 SEED_TIMEOUT_S = 600.0
@@ -34,22 +35,6 @@ BENCHMARKS = (("lms_bench_copy_sim", "copy-engine"), ("lms_bench_oversub_sim", "
 # The LMS fuzzer's settings (LargeModelSupportFuzz_test.cpp, docs/core-sim.md "The fuzzer"),
 # passed from lmsforge's environment to the test program and named in every replay line.
 FUZZ_SETTINGS = ("LMS_FUZZ_MINUTES", "LMS_FUZZ_STEPS")
-
-
-class SeedRun(NamedTuple):
-    seed: int
-    report: gtest.GtestReport | None  # None when the program crashed or hung
-    problem: str  # one line; empty when every test passed and none was skipped
-    seconds: float
-    log: Path
-
-    def to_json(self) -> dict[str, object]:
-        counts = {} if self.report is None else {
-            "passed": self.report.passed, "failed": self.report.failed,
-            "skipped": self.report.skipped, "failures": list(self.report.failures),
-            "skips": list(self.report.skips)}
-        return {"seed": self.seed, "ok": not self.problem, "problem": self.problem,
-                "seconds": round(self.seconds, 1), "log": str(self.log), **counts}
 
 
 class BenchRun(NamedTuple):
@@ -114,41 +99,13 @@ def env_for(seed: int) -> dict[str, str]:
 
 
 def replay_command(binary: Path, seed: int, tests: Sequence[str] = ()) -> str:
-    settings = " ".join(f"{key}={value}" for key, value in env_for(seed).items())
-    filter_arg = f" --gtest_filter={':'.join(tests)}" if tests else ""
-    return f"{settings} {binary}{filter_arg}"
+    return sim_seeds.replay_command(env_for(seed), binary, tests)
 
 
 def run_seed(binary: Path, seed: int, work_dir: Path, tests: Sequence[str] = ()) -> SeedRun:
     """One run of the CUDA tests (all, or only TESTS) under SEED."""
-    log = work_dir / f"{LEVEL}.seed-{seed}.log"
-    started = time.monotonic()
-    extra_args = [f"--gtest_filter={':'.join(tests)}"] if tests else []
-    try:
-        run = gtest.run_gtest(binary, log=log, json_path=log.with_suffix(".json"),
-                              extra_args=extra_args, timeout=seed_timeout(), env=env_for(seed))
-    except CheckFailed as error:  # a crash or a hang
-        return SeedRun(seed, None, f"{error}; replay: {replay_command(binary, seed)}",
-                       time.monotonic() - started, log)
-    report = run.report
-    problem = ""
-    if report.failed:
-        problem = (f"{report.failed} tests failed: "
-                   f"{', '.join(report.failures[:MAX_FAILURES_NAMED])}")
-        if report.first_failure:
-            problem += f" (first: {report.first_failure})"
-    elif report.skipped:
-        problem = (f"{report.skipped} tests skipped (every CUDA test must run under the "
-                   f"simulator): {', '.join(report.skips[:MAX_FAILURES_NAMED])}")
-    elif report.passed == 0:
-        problem = "no test passed"
-    if tests and report.passed + report.failed != len(tests):
-        # A name that matches no test must not pass for a test that ran.
-        problem = (f"{len(tests)} tests were asked for and {report.passed + report.failed} ran"
-                   + (f"; {problem}" if problem else ""))
-    if problem:
-        problem += f"; replay: {replay_command(binary, seed, report.failures)}"
-    return SeedRun(seed, report, problem, time.monotonic() - started, log)
+    return sim_seeds.run_seed(binary, seed, env_for(seed), work_dir, kind="CUDA",
+                              timeout=seed_timeout(), tests=tests)
 
 
 def run_benchmark(binary: Path, name: str, seed: int, work_dir: Path) -> BenchRun:
@@ -224,14 +181,9 @@ def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.
         "benchmarks": {run.name: run.to_json() for run in bench_runs},
         "tus_compiled": built.tus, "build_seconds": round(built.seconds, 1),
         "test_seconds": round(sum(run.seconds for run in runs), 1)}
-    failed = [run for run in runs if run.problem]
-    if not runs:
-        return LevelResult(LEVEL, FAIL, detail="no seed to run", facts=facts, log=log)
-    if failed:
-        first = failed[0]
-        return LevelResult(LEVEL, FAIL, facts=facts, log=log,
-                           detail=f"{len(failed)} of {len(runs)} seeds failed; seed "
-                                  f"{first.seed}: {first.problem}")
+    failure = sim_seeds.seeds_failed(runs, facts, log)
+    if failure is not None:
+        return failure
     bench_failed = [run for run in bench_runs if run.problem]
     if bench_failed:
         return LevelResult(LEVEL, FAIL, facts=facts, log=log,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 from lmsforge.errors import CheckFailed
 from lmsforge.verify.tensorflow_tf.toolchain import CXX, WHEEL_FLAGS, Paths, include_flags
@@ -116,17 +116,24 @@ def compile_source(source: str, paths: Paths, out: Path) -> subprocess.Completed
 
 def link(program: Program, library_dir: Path, out: Path, log: Path) -> Path:
     """Link `program` from the objects in `out`/obj against the framework library."""
-    binary = out / program.name
     objects = out / "obj"
-    cmd = [CXX, "-o", str(binary),
-           *(str(_object(objects, s)) for s in [*program.library, *program.tests]),
+    return link_test_program(out / program.name,
+                             [_object(objects, s) for s in [*program.library, *program.tests]],
+                             library_dir, log)
+
+
+def link_test_program(binary: Path, objects: Sequence[Path], library_dir: Path,
+                      log: Path) -> Path:
+    """Link a googletest program from OBJECTS against the wheel's framework library (both
+    levels' programs: core-cpu's, and core-sim's GPU test with its layout guards)."""
+    cmd = [CXX, "-o", str(binary), *map(str, objects),
            f"-L{library_dir}", "-l:libtensorflow_framework.so.2", f"-Wl,-rpath,{library_dir}",
            "-lgtest_main", "-lgtest", "-lpthread"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     with open(log, "a") as out_log:
-        out_log.write(f"== link {program.name}: rc={proc.returncode}\n{proc.stderr}")
+        out_log.write(f"== link {binary.name}: rc={proc.returncode}\n{proc.stderr}")
     if proc.returncode != 0:
-        raise CheckFailed(f"linking {program.name} failed: {_first_error(proc.stderr)}; "
+        raise CheckFailed(f"linking {binary.name} failed: {_first_error(proc.stderr)}; "
                           f"full log: {log}")
     return binary
 

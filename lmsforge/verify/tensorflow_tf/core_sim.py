@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
 from lmsforge.errors import CheckFailed
 from lmsforge.verify.cmake_cache import forget_foreign_configuration
-from lmsforge.verify.levels import FAIL, MAX_FAILURES_NAMED, PASS, LevelResult
-from lmsforge.verify.pytorch_c10 import gtest
+from lmsforge.verify.levels import PASS, LevelResult
+from lmsforge.verify.pytorch_c10 import sim_seeds
+from lmsforge.verify.pytorch_c10.sim_seeds import SeedRun
 from lmsforge.verify.tensorflow_tf import compile_units, core_cpu, layout_audit
 from lmsforge.verify.tensorflow_tf.toolchain import (CXX, GPU_DEFINES, WHEEL_FLAGS, Paths,
                                                      include_flags)
@@ -59,22 +59,6 @@ SEED_TIMEOUT_S = 300.0
 class Sources(NamedTuple):
     library: list[str]  # tree paths (and the generated config.pb.cc, absolute)
     tests: list[str]
-
-
-class SeedRun(NamedTuple):
-    seed: int
-    report: gtest.GtestReport | None  # None when the program crashed or hung
-    problem: str  # one line; empty when every test ran and passed
-    seconds: float
-    log: Path
-
-    def to_json(self) -> dict[str, object]:
-        counts = {} if self.report is None else {
-            "passed": self.report.passed, "failed": self.report.failed,
-            "skipped": self.report.skipped, "failures": list(self.report.failures),
-            "skips": list(self.report.skips)}
-        return {"seed": self.seed, "ok": not self.problem, "problem": self.problem,
-                "seconds": round(self.seconds, 1), "log": str(self.log), **counts}
 
 
 def find_sources(tree: Path, touched: Sequence[str], generated: Sequence[Path]) -> Sources:
@@ -163,18 +147,9 @@ def compile_all(units: Sequence[str], paths: Paths, objects: Path, log: Path, jo
 
 def link(sources: Sources, objects: Path, guards: Path, library_dir: Path, out: Path,
          log: Path) -> Path:
-    binary = out / PROGRAM
-    cmd = [CXX, "-o", str(binary),
-           *(str(object_path(objects, s)) for s in [*sources.library, *sources.tests]),
-           str(guards), f"-L{library_dir}", "-l:libtensorflow_framework.so.2",
-           f"-Wl,-rpath,{library_dir}", "-lgtest_main", "-lgtest", "-lpthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    with open(log, "a") as out_log:
-        out_log.write(f"== link {PROGRAM}: rc={proc.returncode}\n{proc.stderr}")
-    if proc.returncode != 0:
-        raise CheckFailed(f"linking {PROGRAM} failed: {_first_error(proc.stderr)}; "
-                          f"full log: {log}")
-    return binary
+    return core_cpu.link_test_program(
+        out / PROGRAM, [*(object_path(objects, s) for s in [*sources.library, *sources.tests]),
+                        guards], library_dir, log)
 
 
 def compile_guards(audit_dir: Path, objects: Path) -> Path:
@@ -215,33 +190,12 @@ def env_for(seed: int, sim_dir: Path) -> dict[str, str]:
 
 
 def replay_command(binary: Path, seed: int, sim_dir: Path, tests: Sequence[str] = ()) -> str:
-    settings = " ".join(f"{key}={value}" for key, value in env_for(seed, sim_dir).items())
-    filter_arg = f" --gtest_filter={':'.join(tests)}" if tests else ""
-    return f"{settings} {binary}{filter_arg}"
+    return sim_seeds.replay_command(env_for(seed, sim_dir), binary, tests)
 
 
 def run_seed(binary: Path, seed: int, sim_dir: Path, work_dir: Path) -> SeedRun:
-    log = work_dir / f"{LEVEL}.seed-{seed}.log"
-    started = time.monotonic()
-    try:
-        run = gtest.run_gtest(binary, log=log, json_path=log.with_suffix(".json"),
-                              timeout=SEED_TIMEOUT_S, env=env_for(seed, sim_dir))
-    except CheckFailed as error:  # a crash or a hang
-        return SeedRun(seed, None, f"{error}; replay: {replay_command(binary, seed, sim_dir)}",
-                       time.monotonic() - started, log)
-    report = run.report
-    problem = ""
-    if report.failed:
-        problem = (f"{report.failed} tests failed: "
-                   f"{', '.join(report.failures[:MAX_FAILURES_NAMED])}")
-    elif report.skipped:
-        problem = (f"{report.skipped} tests skipped (every GPU test must run under the "
-                   f"simulator): {', '.join(report.skips[:MAX_FAILURES_NAMED])}")
-    elif report.passed == 0:
-        problem = "no test passed"
-    if problem:
-        problem += f"; replay: {replay_command(binary, seed, sim_dir, report.failures)}"
-    return SeedRun(seed, report, problem, time.monotonic() - started, log)
+    return sim_seeds.run_seed(binary, seed, env_for(seed, sim_dir), work_dir, kind="GPU",
+                              timeout=SEED_TIMEOUT_S)
 
 
 def judge(runs: Sequence[SeedRun], facts: dict[str, object], log: str) -> LevelResult:
@@ -250,14 +204,9 @@ def judge(runs: Sequence[SeedRun], facts: dict[str, object], log: str) -> LevelR
     facts = {"simulated": True, "gpu": False, **facts,
              "seeds": [run.to_json() for run in runs],
              "test_seconds": round(sum(run.seconds for run in runs), 1)}
-    failed = [run for run in runs if run.problem]
-    if not runs:
-        return LevelResult(LEVEL, FAIL, detail="no seed to run", facts=facts, log=log)
-    if failed:
-        first = failed[0]
-        return LevelResult(LEVEL, FAIL, facts=facts, log=log,
-                           detail=f"{len(failed)} of {len(runs)} seeds failed; seed "
-                                  f"{first.seed}: {first.problem}")
+    failure = sim_seeds.seeds_failed(runs, facts, log)
+    if failure is not None:
+        return failure
     passed = runs[0].report.passed if runs[0].report else 0
     return LevelResult(LEVEL, PASS, facts=facts, log=log,
                        detail=f"{passed} GPU tests passed under each of {len(runs)} seeds "

@@ -1,0 +1,86 @@
+"""A test program run under one adversarial seed of lmsforge's simulated CUDA runtime, for both
+core-sim levels (PyTorch's CUDA tests, TensorFlow's GPU test): the command that replays it, what
+went wrong in one line, and the level's failure over all seeds."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Mapping, NamedTuple, Sequence
+
+from lmsforge.errors import CheckFailed
+from lmsforge.verify.levels import FAIL, MAX_FAILURES_NAMED, LevelResult
+from lmsforge.verify.pytorch_c10 import gtest
+
+LEVEL = "core-sim"
+
+
+class SeedRun(NamedTuple):
+    seed: int
+    report: gtest.GtestReport | None  # None when the program crashed or hung
+    problem: str  # one line; empty when every test ran and passed, and none was skipped
+    seconds: float
+    log: Path
+
+    def to_json(self) -> dict[str, object]:
+        counts = {} if self.report is None else {
+            "passed": self.report.passed, "failed": self.report.failed,
+            "skipped": self.report.skipped, "failures": list(self.report.failures),
+            "skips": list(self.report.skips)}
+        return {"seed": self.seed, "ok": not self.problem, "problem": self.problem,
+                "seconds": round(self.seconds, 1), "log": str(self.log), **counts}
+
+
+def replay_command(env: Mapping[str, str], binary: Path, tests: Sequence[str] = ()) -> str:
+    settings = " ".join(f"{key}={value}" for key, value in env.items())
+    filter_arg = f" --gtest_filter={':'.join(tests)}" if tests else ""
+    return f"{settings} {binary}{filter_arg}"
+
+
+def run_seed(binary: Path, seed: int, env: Mapping[str, str], work_dir: Path, *, kind: str,
+             timeout: float, tests: Sequence[str] = ()) -> SeedRun:
+    """One run of BINARY's tests (all, or only TESTS) under ENV, which names the seed; KIND
+    ("CUDA", "GPU") is what the skip message calls the tests."""
+    log = work_dir / f"{LEVEL}.seed-{seed}.log"
+    started = time.monotonic()
+    extra_args = [f"--gtest_filter={':'.join(tests)}"] if tests else []
+    try:
+        run = gtest.run_gtest(binary, log=log, json_path=log.with_suffix(".json"),
+                              extra_args=extra_args, timeout=timeout, env=dict(env))
+    except CheckFailed as error:  # a crash or a hang
+        return SeedRun(seed, None, f"{error}; replay: {replay_command(env, binary)}",
+                       time.monotonic() - started, log)
+    report = run.report
+    problem = ""
+    if report.failed:
+        problem = (f"{report.failed} tests failed: "
+                   f"{', '.join(report.failures[:MAX_FAILURES_NAMED])}")
+        if report.first_failure:
+            problem += f" (first: {report.first_failure})"
+    elif report.skipped:
+        problem = (f"{report.skipped} tests skipped (every {kind} test must run under the "
+                   f"simulator): {', '.join(report.skips[:MAX_FAILURES_NAMED])}")
+    elif report.passed == 0:
+        problem = "no test passed"
+    if tests and report.passed + report.failed != len(tests):
+        # A name that matches no test must not pass for a test that ran.
+        problem = (f"{len(tests)} tests were asked for and {report.passed + report.failed} ran"
+                   + (f"; {problem}" if problem else ""))
+    if problem:
+        problem += f"; replay: {replay_command(env, binary, report.failures)}"
+    return SeedRun(seed, report, problem, time.monotonic() - started, log)
+
+
+def seeds_failed(runs: Sequence[SeedRun], facts: dict[str, object],
+                 log: str) -> LevelResult | None:
+    """The level's failure when there was no seed or a seed failed (naming the first and how
+    to replay it), else None."""
+    if not runs:
+        return LevelResult(LEVEL, FAIL, detail="no seed to run", facts=facts, log=log)
+    failed = [run for run in runs if run.problem]
+    if failed:
+        first = failed[0]
+        return LevelResult(LEVEL, FAIL, facts=facts, log=log,
+                           detail=f"{len(failed)} of {len(runs)} seeds failed; seed "
+                                  f"{first.seed}: {first.problem}")
+    return None
