@@ -46,7 +46,8 @@ def measure(model_name: str, input_text: str, batch: int, steps: int, strict_fp3
 
     from lmsforge.plan.spec import resolve
 
-    torch.backends.cuda.matmul.allow_tf32 = not strict_fp32 and torch.backends.cuda.matmul.allow_tf32
+    # PyTorch's defaults: TF32 for cuDNN's convolutions, not for matmuls.
+    torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = not strict_fp32
     spec = resolve(model_name, input_text, batch, None)
     device = torch.device("cuda")
@@ -93,28 +94,7 @@ def predicted_peak(model_name: str, input_text: str, batch: int) -> int:
     spec = resolve(model_name, input_text, batch, None)
     trace = trace_step(*spec.step_args(), model_name=model_name, input_desc=input_text,
                        batch=batch, profiles=["h100-pcie"])
-    return steady_peak(trace)
-
-
-def steady_peak(trace) -> int:
-    kept: dict[int, int] = {}
-    for op in trace.ops:
-        for storage, nbytes in op.allocs:
-            kept[storage] = nbytes
-        for storage in op.frees:
-            kept.pop(storage, None)
-    sizes = {s.id: s.bytes for s in trace.initial}
-    live = sum(sizes.values()) + sum(kept.values())
-    peak = live
-    for op in trace.ops:
-        for storage, nbytes in op.allocs:
-            if storage not in kept:
-                sizes[storage] = nbytes
-                live += nbytes
-        peak = max(peak, live)
-        for storage in op.frees:
-            live -= sizes.pop(storage)
-    return peak
+    return trace.steady_peak_bytes()
 
 
 def fitted_cases(device_bytes: int) -> list[tuple[str, str, int, int]]:

@@ -57,13 +57,28 @@ class Trace:
     def peak_live_bytes(self) -> int:
         """The most bytes of storage alive at once without LMS: before each operator everything
         live, plus what it allocates; its frees come after it."""
-        live = sum(s.bytes for s in self.initial)
-        peak = live
+        return self._peak({})
+
+    def steady_peak_bytes(self) -> int:
+        """The same for a step after the first: what the step allocates and never frees
+        (optimizer state) is alive from its start, and the operators that made it make nothing
+        new then."""
+        kept: dict[int, int] = {}
+        for op in self.ops:
+            kept.update(op.allocs)
+            for sid in op.frees:
+                kept.pop(sid, None)
+        return self._peak(kept)
+
+    def _peak(self, kept: dict[int, int]) -> int:
         sizes: dict[int, int] = {s.id: s.bytes for s in self.initial}
+        live = sum(sizes.values()) + sum(kept.values())
+        peak = live
         for op in self.ops:
             for sid, nbytes in op.allocs:
-                sizes[sid] = nbytes
-                live += nbytes
+                if sid not in kept:
+                    sizes[sid] = nbytes
+                    live += nbytes
             peak = max(peak, live)
             for sid in op.frees:
                 live -= sizes.pop(sid)

@@ -57,11 +57,11 @@ def test_a_steady_step_holds_the_optimizer_state_through_its_activation_peak():
     # ResNet-50 peaks in backward; SGD's momentum (one float32 per parameter: 25,557,032)
     # made by the first step's optimizer.step() lives through a second step's whole length.
     trace = _trace("resnet50", "3x224x224", 8)
-    assert _load().steady_peak(trace) - trace.peak_live_bytes() == 4 * 25_557_032
+    assert trace.steady_peak_bytes() - trace.peak_live_bytes() == 4 * 25_557_032
 
 
 def test_a_steady_step_counts_the_state_once_when_the_peak_is_the_optimizer_step():
     # GPT-2 medium on 32 tokens peaks in AdamW's step, where the first step already holds its
     # moments: a second step's peak is the same, not the state added twice.
     trace = _trace("gpt2-medium", "32", 1)
-    assert _load().steady_peak(trace) == trace.peak_live_bytes()
+    assert trace.steady_peak_bytes() == trace.peak_live_bytes()
