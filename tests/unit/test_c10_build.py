@@ -109,9 +109,16 @@ def test_first_error_picks_the_line_that_explains(lines, expected):
     assert build.first_error(lines) == expected
 
 
+@pytest.fixture
+def debian_inputs() -> None:
+    """fmt's headers and the rest, as the level's own build gets them (cmake's configure looks
+    for them): on a fresh machine these tests ran before any other test had installed them."""
+    inputs.ensure_debian_packages()
+
+
 @pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("ninja") is None,
                     reason="cmake and ninja are needed to configure")
-def test_cmake_renders_macro_headers_with_shared_libs_only(tmp_path):
+def test_cmake_renders_macro_headers_with_shared_libs_only(tmp_path, debian_inputs):
     tree = tmp_path / "tree"
     (tree / "c10" / "macros").mkdir(parents=True)
     (tree / "c10" / "cuda" / "impl").mkdir(parents=True)
@@ -141,7 +148,7 @@ def test_cmake_renders_macro_headers_with_shared_libs_only(tmp_path):
 @pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("ninja") is None,
                     reason="cmake and ninja are needed to build")
 @pytest.mark.parametrize("standard, builds", [(14, False), (17, True)])
-def test_c10_builds_with_the_trees_standard(tmp_path, standard, builds):
+def test_c10_builds_with_the_trees_standard(tmp_path, standard, builds, debian_inputs):
     """A C++17 feature (here an inline variable, which gcc -std=c++14 only warns about) in c10
     fails the build of a C++14 tree (PyTorch 1.x) and builds in a C++17 one."""
     tree = tmp_path / "tree"
