@@ -209,7 +209,7 @@ if [ "$bench" = 1 ]; then
     say "planner: skipped with --quick (full-size models, about a minute)"
   else
     say "planner: its predicted peaks against this GPU's (bench/planner_gpu_check.py --fit)"
-    PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" "$python" "$here/bench/planner_gpu_check.py" \
+    "$python" "$here/bench/planner_gpu_check.py" \
       --fit --steps 2 --out "$out/planner-gpu.json" 2>&1 | tee -a "$log"
     code=$?
     [ "$code" -eq 0 ] || failed+=("planner (exit $code)")
