@@ -32,6 +32,12 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 MUTATIONS = REPO / "tests" / "data" / "mutations" / "pytorch-v2.6.0-sim"
 MUTATION_SEEDS = 2
+# F1's mutation runs under more seeds: the fuzzer's gated backward makes every prefetch it
+# frees unused land late, but whether the freed block goes to a next owner the fuzzer checks
+# depends on the caching allocator's choice (alone it failed 13 of seeds 1-16; four seeds
+# together miss it far less often than CI fails for other reasons). Its dedicated test fails
+# every time.
+SEEDS_FOR = {"unused-prefetch-freed-before-its-copy.patch": 4}
 # The LMS fuzzer (patch 0170, docs/core-sim.md "The fuzzer"): random operations, every byte checked.
 FUZZER = "LargeModelSupportFuzzTest.RandomOperationsKeepEveryByte"
 # The tests that see the data a mutation corrupts (each mutation makes more tests fail).
@@ -56,12 +62,10 @@ EXPECTED_FAILURES = {
                                           "PageInKeepsTheStorageOnItsStream"},
     # A storage paged in ahead and freed unused (destroyed, or resized to nothing) gives its
     # block back unordered after its copy, which then overwrites the block's next owner.
-    # The fuzzer finds it only by timing: its sweeps keep the page-in stream busy just before a
-    # storage is freed unused, and alone it failed under seeds 1-10, but in the fresh-clone CI
-    # run of 9e7644f it passed both seeds (61 and 73 wasted prefetches, none overwritten in
-    # time). So CI does not expect it here (docs/core-sim.md, open in issue 25).
+    # The fuzzer finds it too: a quarter of its sweeps run backward while a gate holds the
+    # page-in stream until the next owners are written (docs/core-sim.md "The fuzzer").
     "unused-prefetch-freed-before-its-copy.patch": {
-        "LargeModelSupportCudaTest.AnUnusedPrefetchFreedDoesNotOverwriteTheNextOwner"},
+        "LargeModelSupportCudaTest.AnUnusedPrefetchFreedDoesNotOverwriteTheNextOwner", FUZZER},
     # An external stream stays among a storage's streams after the pin that ended its use: once
     # its user destroyed it, LMS uses the dead handle (on a GPU undefined: the simulator aborts,
     # CRASHES). The fuzzer found it too, when the handle was an error code; a crash in the
@@ -191,7 +195,7 @@ def test_a_missing_wait_fails_core_sim_with_wrong_data(
     # nothing here); such a run can fail the level, never pass it.
     ctx = LevelContext("pytorch", "v2.6.0", mutated_tree, "v2.6.0",
                        tmp_path_factory.getbasetemp() / "pt260-mutated-build",
-                       sim_seeds=MUTATION_SEEDS,
+                       sim_seeds=SEEDS_FOR.get(mutation, MUTATION_SEEDS),
                        sim_tests=tuple(sorted(EXPECTED_FAILURES[mutation])))
     try:
         result: LevelResult = pytorch.run_level("core-sim", ctx)
