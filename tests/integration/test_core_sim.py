@@ -16,6 +16,7 @@ compiled once per tree; core-sim adds the simulator and relinks.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -68,17 +69,19 @@ EXPECTED_FAILURES = {
         "LargeModelSupportCudaTest.AnUnusedPrefetchFreedDoesNotOverwriteTheNextOwner", FUZZER},
     # An external stream stays among a storage's streams after the pin that ended its use: once
     # its user destroyed it, LMS uses the dead handle (on a GPU undefined: the simulator aborts,
-    # CRASHES). The fuzzer found it too, when the handle was an error code; a crash in the
-    # first test now ends the run before the fuzzer starts.
+    # CRASHES). A crash in the first test ends the run before the fuzzer starts, so the
+    # fuzzer runs again alone, and must crash there too.
     "external-stream-kept-after-its-uses-end.patch": {
         "LargeModelSupportCudaTest.ADestroyedExternalStreamIsNeverUsedAgain", FUZZER},
     # A storage allocated on an external stream keeps that stream as its home: a page-in after
     # its owner destroyed it orders its copy after it, and a block allocated for it is freed by
     # a wait there (the H200's segfault in AFailingPrefetchNeitherFailsNorKeepsTheUseThatTriggeredIt
-    # before the test took a hook for its failure). Each of the two tests crashes alone.
+    # before the test took a hook for its failure). Each of the two tests crashes alone, and so
+    # does the fuzzer (its external streams make storages that outlive them).
     "external-stream-named-after-its-uses-end.patch": {
         "LargeModelSupportCudaTest.AStorageAllocatedOnADestroyedExternalStreamIsPagedInAhead",
-        "LargeModelSupportCudaTest.APrefetchForADestroyedExternalStreamIsFreedWithoutIt"},
+        "LargeModelSupportCudaTest.APrefetchForADestroyedExternalStreamIsFreedWithoutIt",
+        FUZZER},
     # The pinned pool's growth thread pins with no device set: the runtime makes device 0's
     # primary context for a process that pages out on cuda:1 only.
     "host-pool-growth-on-no-device.patch": {
@@ -197,8 +200,17 @@ def test_a_missing_wait_fails_core_sim_with_wrong_data(
                        tmp_path_factory.getbasetemp() / "pt260-mutated-build",
                        sim_seeds=SEEDS_FOR.get(mutation, MUTATION_SEEDS),
                        sim_tests=tuple(sorted(EXPECTED_FAILURES[mutation])))
+    fuzzer_alone: LevelResult | None = None
     try:
         result: LevelResult = pytorch.run_level("core-sim", ctx)
+        # Read now: a second run writes the same seeds' logs.
+        logs = {run["seed"]: Path(run["log"]).read_text(errors="replace")
+                for run in result.facts.get("seeds", []) if run.get("log")}
+        if mutation in CRASHES and FUZZER in EXPECTED_FAILURES[mutation]:
+            # A crash ends the program in the first test that meets it, before the fuzzer
+            # starts: the fuzzer must find it alone (the same build: nothing is rebuilt).
+            fuzzer_alone = pytorch.run_level(
+                "core-sim", dataclasses.replace(ctx, sim_tests=(FUZZER,)))
     finally:
         subprocess.run(["git", "checkout", "--quiet", "--", "."], cwd=mutated_tree, check=True)
     print(result.detail)
@@ -212,8 +224,15 @@ def test_a_missing_wait_fails_core_sim_with_wrong_data(
             assert "killed by SIGABRT" in run["problem"], run
             assert any(f"last test started: {name})" in run["problem"]
                        for name in EXPECTED_FAILURES[mutation]), run
-            log = Path(run["log"]).read_text(errors="replace")
-            assert "destroyed earlier: undefined behaviour on a GPU" in log, run
+            assert "destroyed earlier: undefined behaviour on a GPU" in logs[run["seed"]], run
+        if fuzzer_alone is not None:
+            print(fuzzer_alone.detail)
+            assert fuzzer_alone.status == FAIL
+            for run in fuzzer_alone.facts["seeds"]:
+                assert "killed by SIGABRT" in run["problem"], run
+                assert f"last test started: {FUZZER})" in run["problem"], run
+                log = Path(run["log"]).read_text(errors="replace")
+                assert "destroyed earlier: undefined behaviour on a GPU" in log, run
         return
     for run in seeds:
         # Every seed ran to its report and failed on the data: nothing crashed.
