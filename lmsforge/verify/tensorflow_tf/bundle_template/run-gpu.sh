@@ -123,5 +123,11 @@ if [ "$code" -ne 0 ] || [ ! -f "$out/$PROGRAM.json" ]; then
   say "$PROGRAM FAILED (exit $code): $summary"
   finish failed $EXIT_FAILED "not passed: $PROGRAM"
 fi
+# A test skips itself when TensorFlow finds no GPU; after the driver listed some, that is a
+# failure (a CUDA 11 runtime the driver refuses, say), never a pass.
+if grep -qx "no CUDA device" "$out/$PROGRAM.log"; then
+  say "$PROGRAM: $summary"
+  finish failed $EXIT_FAILED "TensorFlow found no CUDA device although the driver lists some (see $PROGRAM.log)"
+fi
 say "$PROGRAM: $summary"
 finish passed $EXIT_OK "all tests passed"
