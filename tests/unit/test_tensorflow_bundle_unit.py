@@ -47,8 +47,11 @@ def test_closure_sorts_files_by_root_and_refuses_strays(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("objcopy") is None, reason="needs binutils")
 def test_strip_copy_keeps_what_the_loader_maps(tmp_path: Path) -> None:
-    library = Path(subprocess.run(["g++", "-print-file-name=libstdc++.so.6"],
-                                  capture_output=True, text=True).stdout.strip()).resolve()
+    printed = subprocess.run(["g++", "-print-file-name=libstdc++.so"], capture_output=True,
+                             text=True).stdout.strip()
+    if not Path(printed).is_absolute():
+        pytest.skip("g++ names no libstdc++.so")
+    library = Path(printed).resolve()
     stripped = tmp_path / "stripped.so"
     stripped_library.strip_copy(library, stripped)
     assert stripped_library.loaded_image(stripped) == stripped_library.loaded_image(library)

@@ -95,7 +95,12 @@ def write_gpu_bundle(tree: Path, found: Inputs, dest: Path, *, tarball: bool,
     bundle.check_destination(dest, tarball=tarball)
     touched = [line for line in git.out(["diff", "--name-only", "--diff-filter=AM",
                                          f"{meta.base}..HEAD"], cwd=tree).splitlines() if line]
-    generated = sorted((found.core_sim_dir / "generated").rglob("*.pb.cc"))
+    generated = [found.core_sim_dir / "generated" / proto.replace(".proto", ".pb.cc")
+                 for proto in toolchain.PROTOS]
+    missing = [path for path in generated if not path.is_file()]
+    if missing:
+        raise UsageError(f"{missing[0]} is missing; run `lmsforge verify --framework tensorflow "
+                         f"--tag {meta.tag} --level core-sim` first")
     sources = core_sim.find_sources(tree, touched, generated)
     paths = toolchain.Paths(tree, inputs.include_dir(found.unpacked),
                             found.core_sim_dir / "generated", found.core_sim_dir / "shim")
