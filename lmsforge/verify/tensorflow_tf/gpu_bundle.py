@@ -148,7 +148,9 @@ def _write_program(sources: core_sim.Sources, paths: toolchain.Paths, found: Inp
         + _cmake_set("LMS_TF_COMPILE_OPTIONS", options)
         + _cmake_set("LMS_TF_GUARD_SOURCE", [GUARDS_IN_BUNDLE]))
     return {"name": core_sim.PROGRAM, "units": len(units),
-            "headers": {name: len(files) for name, files in sorted(found_files.files.items())},
+            # sources and headers the units read, per include root
+            "files_by_root": {name: len(files)
+                              for name, files in sorted(found_files.files.items())},
             "compile_options": options, "include_dirs": include_dirs,
             "compiler_here": _compiler_version()}
 
