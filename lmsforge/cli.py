@@ -461,6 +461,9 @@ def bundle(ctx: click.Context, framework: str, tag: str, dest: Path, tarball: bo
     """Write what a GPU host without network needs to run the GPU level and the benchmarks.
 
     Example: lmsforge bundle --framework pytorch --tag v2.6.0 --into lms-gpu.tar.gz --tarball
+
+    TensorFlow (the GPU test of its core-sim build; verifies first when needed): lmsforge
+    bundle --framework tensorflow --tag v2.14.1 --into lms-gpu-tf.tar.gz --tarball
     """
     from lmsforge.commands import bundle as command
 

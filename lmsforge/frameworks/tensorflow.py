@@ -29,7 +29,8 @@ from lmsforge.verify.tensorflow_tf import (abi_guard, bazel_lists, compile_units
                                            toolchain)
 
 TENSOR_HEADER = "tensorflow/core/framework/tensor.h"
-CORE_GPU_REASON = "no TensorFlow GPU harness on the GPU host image"
+CORE_GPU_REASON = ("no TensorFlow GPU harness on the GPU host image; run the GPU test there from "
+                   "`lmsforge bundle --framework tensorflow` (docs/gpu.md)")
 FULL_REASON = ("needs a Bazel build of TensorFlow with network access and a GPU build host "
                "(the ci/ release pipeline); not possible on these machines")
 

@@ -17,7 +17,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import lmsforge
 from lmsforge import bundled, git
@@ -74,11 +74,16 @@ def find_build_inputs(cache_root: Path | None = None) -> BuildInputs:
     library = _first([d / "libcpuinfo.so" for d in LIBRARY_DIRS
                       if (d / "libcpuinfo.so").exists()],
                      "libcpuinfo.so: install libcpuinfo-dev")
-    googletest = _first([d for d in GOOGLETEST_SOURCES if (d / "CMakeLists.txt").is_file()
-                         and (d / "googletest" / "src" / "gtest-all.cc").is_file()],
-                        "googletest sources (/usr/src/googletest): install libgtest-dev")
+    googletest = find_googletest()
     nvml = inputs.nvml_include_dir(cache_root or default_cache_dir()) / "nvml.h"
     return BuildInputs(fmt, cpuinfo_header, library.resolve(), googletest, nvml)
+
+
+def find_googletest() -> Path:
+    """googletest's sources with their top CMakeLists.txt (Debian's libgtest-dev)."""
+    return _first([d for d in GOOGLETEST_SOURCES if (d / "CMakeLists.txt").is_file()
+                   and (d / "googletest" / "src" / "gtest-all.cc").is_file()],
+                  "googletest sources (/usr/src/googletest): install libgtest-dev")
 
 
 def write_bundle(tree: Path, dest: Path, *, tarball: bool,
@@ -97,18 +102,35 @@ def write_bundle(tree: Path, dest: Path, *, tarball: bool,
     if git.is_dirty(tree):
         raise UsageError(f"{tree} has uncommitted changes; commit them so the manifest's "
                          "series hash describes what the bundle holds")
+    check_destination(dest, tarball=tarball)
+    found = build_inputs or find_build_inputs()
+
+    def fill(staging: Path) -> dict[str, object]:
+        patches = _copy_contents(tree, meta, staging, found)
+        return _manifest(tree, meta, patches, staging, found)
+
+    return package(dest, tarball=tarball, fill=fill)
+
+
+def check_destination(dest: Path, *, tarball: bool) -> None:
+    """DEST must be new (or an empty folder), and a tarball's name must end in .tar.gz."""
     if tarball and not dest.name.endswith(".tar.gz"):
         raise UsageError(f"{dest}: a tarball's name must end in .tar.gz")
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise UsageError(f"{dest} exists; pass a new path")
-    found = build_inputs or find_build_inputs()
 
+
+def package(dest: Path, *, tarball: bool,
+            fill: Callable[[Path], dict[str, object]]) -> BundleResult:
+    """Stage a bundle with FILL (which writes the contents into the folder it is given and
+    returns the manifest), check its size unpacked and packed, and move it to DEST (a folder,
+    or a .tar.gz): nothing is written to DEST when a step fails."""
+    check_destination(dest, tarball=tarball)
     with tempfile.TemporaryDirectory(prefix="lmsforge-bundle-") as tmp:
         name = dest.name.removesuffix(".tar.gz") if tarball else dest.name
         staging = Path(tmp) / name
         staging.mkdir()
-        patches = _copy_contents(tree, meta, staging, found)
-        manifest = _manifest(tree, meta, patches, staging, found)
+        manifest = fill(staging)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         files, unpacked = _count(staging)
         _check_size(unpacked, "unpacked")
@@ -176,12 +198,12 @@ def _manifest(tree: Path, meta: worktree.WorkTree, patches: list[Path], staging:
         "patches": [path.name for path in patches],
         "tree": {"head": git.out(["rev-parse", "HEAD"], tree), "tree": git.tree_of(tree, "HEAD"),
                  "base": meta.base, "upstream": meta.identity,
-                 "c10_sha256": _folder_hash(staging / "tree" / "c10")},
+                 "c10_sha256": folder_hash(staging / "tree" / "c10")},
         "inputs": {
-            "fmt": _debian_version("libfmt-dev"),
-            "cpuinfo": _debian_version("libcpuinfo-dev"),
+            "fmt": debian_version("libfmt-dev"),
+            "cpuinfo": debian_version("libcpuinfo-dev"),
             "cpuinfo_library": found.cpuinfo_library.name,
-            "googletest": _debian_version("libgtest-dev"),
+            "googletest": debian_version("libgtest-dev"),
             "nvml": f"{inputs.NVML_WHEEL} {inputs.NVML_VERSION}",
         },
         "entry": ENTRY_SCRIPT,
@@ -192,7 +214,7 @@ def _manifest(tree: Path, meta: worktree.WorkTree, patches: list[Path], staging:
     }
 
 
-def _folder_hash(root: Path) -> str:
+def folder_hash(root: Path) -> str:
     """sha256 over the relative paths and contents of every file under ROOT, in sorted order."""
     digest = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
@@ -202,7 +224,7 @@ def _folder_hash(root: Path) -> str:
     return digest.hexdigest()
 
 
-def _debian_version(package: str) -> str | None:
+def debian_version(package: str) -> str | None:
     if shutil.which("dpkg-query") is None:
         return None
     proc = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package],
@@ -236,4 +258,5 @@ def _first(candidates: list[Path], missing: str) -> Path:
 
 
 __all__ = ["BundleResult", "BuildInputs", "MAX_BUNDLE_BYTES", "MANIFEST", "ENTRY_SCRIPT",
-           "find_build_inputs", "write_bundle"]
+           "check_destination", "debian_version", "find_build_inputs", "find_googletest",
+           "folder_hash", "package", "write_bundle"]

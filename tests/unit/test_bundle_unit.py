@@ -158,8 +158,8 @@ def test_size_limit_writes_nothing(c10_tree: Path, fake_inputs: bundle.BuildInpu
 
 def test_bundle_command_refuses_frameworks_without_a_gpu_level(tmp_path: Path) -> None:
     opts = Options.resolve(REPO / "patches", tmp_path / "cache", 1)
-    with pytest.raises(UsageError, match="supports pytorch"):
-        bundle_command.run(opts, "tensorflow", "v2.14.1", tmp_path / "b", False)
+    with pytest.raises(UsageError, match="supports pytorch, tensorflow; mxnet has no GPU level"):
+        bundle_command.run(opts, "mxnet", "v1.9.1", tmp_path / "b", False)
 
 
 # ---- run-gpu.sh ---------------------------------------------------------------------------

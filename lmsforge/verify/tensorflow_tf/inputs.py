@@ -113,6 +113,57 @@ def numpy_include(cache_root: Path) -> Path:
     return include
 
 
+# The CUDA 11 runtime the wheel's StreamExecutor dlopens (libcudart.so.11.0), as
+# tensorflow[and-cuda]==2.14.1 pins it. NVIDIA's licence (the wheel's License.txt, Attachment A)
+# lets libcudart.so be redistributed unmodified with an application; it travels in the GPU bundle
+# for nodes with a driver but no CUDA 11 runtime.
+CUDA_RUNTIME_WHEEL = "nvidia-cuda-runtime-cu11"
+CUDA_RUNTIME_VERSION = "11.8.89"
+CUDA_RUNTIME_PLATFORM = "manylinux1_x86_64"
+CUDA_RUNTIME_LIBRARY = "libcudart.so.11.0"
+CUDA_RUNTIME_LICENSE = "License.txt"
+
+
+def cuda_runtime(cache_root: Path) -> Path:
+    """A folder with ``libcudart.so.11.0`` and NVIDIA's ``License.txt`` from the pinned wheel,
+    downloaded and unpacked once."""
+    target = wheels_dir(cache_root) / f"{CUDA_RUNTIME_WHEEL}-{CUDA_RUNTIME_VERSION}"
+    if (target / UNPACK_MARKER).is_file():
+        return target
+    folder = wheels_dir(cache_root)
+    folder.mkdir(parents=True, exist_ok=True)
+    pattern = f"{CUDA_RUNTIME_WHEEL.replace('-', '_')}-{CUDA_RUNTIME_VERSION}-*.whl"
+    with Cache(cache_root).lock(f"wheel-{CUDA_RUNTIME_WHEEL}-{CUDA_RUNTIME_VERSION}"):
+        if (target / UNPACK_MARKER).is_file():
+            return target
+        if not sorted(folder.glob(pattern)):
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                   "--python-version", WHEEL_PYTHON, "--platform", CUDA_RUNTIME_PLATFORM,
+                   "-d", str(folder), f"{CUDA_RUNTIME_WHEEL}=={CUDA_RUNTIME_VERSION}"]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0 or not sorted(folder.glob(pattern)):
+                raise LmsforgeError(f"could not download {CUDA_RUNTIME_WHEEL}=="
+                                    f"{CUDA_RUNTIME_VERSION} ({_last_line(proc.stderr)}); check "
+                                    f"that PyPI is reachable or put the wheel into {folder}")
+        wheel = sorted(folder.glob(pattern))[0]
+        with Cache(cache_root).scratch("unpack-cudart") as work:
+            partial = work / "unpacked"
+            partial.mkdir()
+            with zipfile.ZipFile(wheel) as archive:
+                for name in archive.namelist():
+                    if name.endswith(("/" + CUDA_RUNTIME_LIBRARY, "/" + CUDA_RUNTIME_LICENSE)):
+                        (partial / Path(name).name).write_bytes(archive.read(name))
+            missing = [name for name in (CUDA_RUNTIME_LIBRARY, CUDA_RUNTIME_LICENSE)
+                       if not (partial / name).is_file()]
+            if missing:
+                raise LmsforgeError(f"{wheel.name} has no {missing[0]}; delete it from "
+                                    f"{folder} and run again")
+            (partial / UNPACK_MARKER).write_text(wheel.name + "\n")
+            shutil.rmtree(target, ignore_errors=True)
+            partial.rename(target)
+    return target
+
+
 def include_dir(unpacked: Path) -> Path:
     return unpacked / "tensorflow" / "include"
 
