@@ -187,8 +187,10 @@ def _copy_contents(tree: Path, meta: worktree.WorkTree, staging: Path,
     return [patch_dir / entry.file for entry in entries]
 
 
-def _manifest(tree: Path, meta: worktree.WorkTree, patches: list[Path], staging: Path,
-              found: BuildInputs) -> dict[str, object]:
+def manifest_head(tree: Path, meta: worktree.WorkTree, patches: list[Path],
+                  **tree_hashes: str) -> dict[str, object]:
+    """What every bundle's MANIFEST.json starts with: its format, the series and the tree it
+    was made from; TREE_HASHES name the folder hashes of what it carries of the tree."""
     return {
         "format": FORMAT,
         "created_by": f"lmsforge {lmsforge.__version__}",
@@ -197,8 +199,15 @@ def _manifest(tree: Path, meta: worktree.WorkTree, patches: list[Path], staging:
         "series_hash": series_mod.series_hash(patches),
         "patches": [path.name for path in patches],
         "tree": {"head": git.out(["rev-parse", "HEAD"], tree), "tree": git.tree_of(tree, "HEAD"),
-                 "base": meta.base, "upstream": meta.identity,
-                 "c10_sha256": folder_hash(staging / "tree" / "c10")},
+                 "base": meta.base, "upstream": meta.identity, **tree_hashes},
+    }
+
+
+def _manifest(tree: Path, meta: worktree.WorkTree, patches: list[Path], staging: Path,
+              found: BuildInputs) -> dict[str, object]:
+    return {
+        **manifest_head(tree, meta, patches,
+                        c10_sha256=folder_hash(staging / "tree" / "c10")),
         "inputs": {
             "fmt": debian_version("libfmt-dev"),
             "cpuinfo": debian_version("libcpuinfo-dev"),

@@ -31,10 +31,9 @@ import zipfile
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
-import lmsforge
 from lmsforge import bundled, git
 from lmsforge.errors import LmsforgeError, UsageError
-from lmsforge.series import export, manifest as series_mod, worktree
+from lmsforge.series import export, worktree
 from lmsforge.verify import bundle
 from lmsforge.verify.tensorflow_tf import (core_sim, header_closure, inputs, layout_audit,
                                            stripped_library, toolchain)
@@ -260,15 +259,8 @@ def _write_build_files(found: Inputs, staging: Path) -> None:
 def _manifest(tree: Path, meta: worktree.WorkTree, patches: list[Path], staging: Path,
               program: dict[str, object], wheel: dict[str, object]) -> dict[str, object]:
     return {
-        "format": bundle.FORMAT,
-        "created_by": f"lmsforge {lmsforge.__version__}",
-        "framework": meta.framework,
-        "tag": meta.tag,
-        "series_hash": series_mod.series_hash(patches),
-        "patches": [path.name for path in patches],
-        "tree": {"head": git.out(["rev-parse", "HEAD"], tree), "tree": git.tree_of(tree, "HEAD"),
-                 "base": meta.base, "upstream": meta.identity,
-                 "src_sha256": bundle.folder_hash(staging / "src")},
+        **bundle.manifest_head(tree, meta, patches,
+                               src_sha256=bundle.folder_hash(staging / "src")),
         "program": program,
         **wheel,
         "inputs": {"googletest": bundle.debian_version("libgtest-dev")},
