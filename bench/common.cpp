@@ -1,6 +1,9 @@
 #include "common.h"
 
+// The TensorFlow benchmark (bench/tensorflow) links no c10.
+#ifndef LMS_BENCH_WITHOUT_C10
 #include <c10/util/Exception.h>
+#endif
 
 #include <algorithm>
 #include <cctype>
@@ -449,9 +452,11 @@ int run_program(const char* program, const std::function<int()>& body) {
   } catch (const CheckFailed& error) {
     std::cerr << program << ": CHECK FAILED: " << error.what() << "\n";
     return kExitFailed;
+#ifndef LMS_BENCH_WITHOUT_C10
   } catch (const c10::Error& error) {
     std::cerr << program << ": c10 error: " << error.what_without_backtrace() << "\n";
     return kExitFailed;
+#endif
   } catch (const std::exception& error) {
     std::cerr << program << ": error: " << error.what() << "\n";
     return kExitFailed;

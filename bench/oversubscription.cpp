@@ -19,6 +19,7 @@
 
 #include "common.h"
 #include "kernels.h"
+#include "oversubscription_bound.h"
 #include "primary_context.h"
 #include "pattern.h"
 
@@ -58,7 +59,6 @@ namespace lms = c10::cuda::lms;
 using StoragePtr = c10::intrusive_ptr<c10::StorageImpl>;
 
 constexpr const char* kProgram = "lms_bench_oversub";
-constexpr size_t kSamples = 4096;
 // Device memory left free beside an oracle run (CUDA context, the gradient).
 constexpr double kOracleMemoryShare = 0.85;
 
@@ -291,64 +291,6 @@ StepTimes run_loop(const Settings& s, int layers, size_t bytes) {
   return times;
 }
 
-// Sampled elements of the gradient recomputed on the host; returns mismatches.
-size_t check_against_host(const std::vector<uint32_t>& grad, int layers, int rounds) {
-  size_t mismatches = 0;
-  size_t stride = std::max<size_t>(1, grad.size() / kSamples);
-  std::vector<uint32_t> activation(static_cast<size_t>(layers));
-  for (size_t index = 0; index < grad.size(); index += stride) {
-    uint32_t x = input_word(index);
-    for (int layer = 0; layer < layers; ++layer) {
-      x = forward_word(x, layer, rounds);
-      activation[static_cast<size_t>(layer)] = x;
-    }
-    uint32_t g = grad_init_word(index);
-    for (int layer = layers - 1; layer >= 0; --layer) {
-      g = backward_word(g, activation[static_cast<size_t>(layer)], rounds);
-    }
-    mismatches += grad[index] != g ? 1 : 0;
-  }
-  return mismatches;
-}
-
-// Raw pinned bandwidth at `bytes` per copy, in bytes per millisecond.
-std::pair<double, double> measure_bandwidth(size_t bytes, int device) {
-  const int copies = 8;
-  cudaStream_t stream = nullptr;
-  LMS_BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  void* dev = nullptr;
-  void* host = nullptr;
-  LMS_BENCH_CUDA(cudaMalloc(&dev, bytes));
-  LMS_BENCH_CUDA(cudaHostAlloc(&host, bytes, cudaHostAllocDefault));
-  LMS_BENCH_CUDA(fill_pattern(static_cast<uint32_t*>(dev), bytes / 4, 1, stream));
-  std::vector<double> d2h, h2d;
-  EventPair timer;
-  for (int rep = -2; rep < 10; ++rep) {
-    timer.start(stream);
-    for (int i = 0; i < copies; ++i) {
-      LMS_BENCH_CUDA(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream));
-    }
-    timer.stop(stream);
-    double out_ms = timer.elapsed_ms();
-    timer.start(stream);
-    for (int i = 0; i < copies; ++i) {
-      LMS_BENCH_CUDA(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream));
-    }
-    timer.stop(stream);
-    double in_ms = timer.elapsed_ms();
-    if (rep >= 0) {
-      d2h.push_back(out_ms);
-      h2d.push_back(in_ms);
-    }
-  }
-  LMS_BENCH_CUDA(cudaFree(dev));
-  LMS_BENCH_CUDA(cudaFreeHost(host));
-  LMS_BENCH_CUDA(cudaStreamDestroy(stream));
-  (void)device;
-  double moved = static_cast<double>(bytes) * copies;
-  return {moved / summarize(d2h).median_ms, moved / summarize(h2d).median_ms};
-}
-
 void write_times(Json& json, const std::string& key, const StepTimes& t) {
   json.begin_object(key);
   json.field("step_ms", summarize(t.step_ms).median_ms);
@@ -414,7 +356,7 @@ int run(int argc, char** argv) {
     throw UsageError("--limit " + format_size(s.limit) + " does not fit in the " +
                      format_size(device_free) + " free on the device");
   }
-  auto [d2h_bytes_per_ms, h2d_bytes_per_ms] = measure_bandwidth(bytes, s.device);
+  const Bandwidth bandwidth = measure_copy_bandwidth(bytes);
 
   Json json;
   json.begin_object();
@@ -433,8 +375,8 @@ int run(int argc, char** argv) {
   json.field("warmup", s.warmup);
   json.end_object();
   json.begin_object("bandwidth");
-  json.field("d2h_gbps", d2h_bytes_per_ms / 1e6);
-  json.field("h2d_gbps", h2d_bytes_per_ms / 1e6);
+  json.field("d2h_gbps", bandwidth.d2h_bytes_per_ms / 1e6);
+  json.field("h2d_gbps", bandwidth.h2d_bytes_per_ms / 1e6);
   json.field("copy_bytes", bytes);
   json.end_object();
   json.begin_array("results");
@@ -451,7 +393,7 @@ int run(int argc, char** argv) {
     StepTimes with_lms = run_loop(s, layers, bytes);
     lms::set_enabled(false);
     lms::set_limit(0);
-    size_t host_bad = check_against_host(with_lms.grad, layers, s.data_rounds);
+    size_t host_bad = gradient_mismatches(with_lms.grad, layers, s.data_rounds);
 
     std::optional<StepTimes> oracle;
     LMS_BENCH_CUDA(cudaMemGetInfo(&device_free, &device_total));
@@ -464,16 +406,14 @@ int run(int argc, char** argv) {
     bool data_ok = host_bad == 0 && same_as_oracle;
     failures += data_ok ? 0 : 1;
 
-    double t_forward = oracle ? summarize(oracle->forward_ms).median_ms : 0.0;
-    double t_backward = oracle ? summarize(oracle->backward_ms).median_ms : 0.0;
-    double out_ms = static_cast<double>(with_lms.out_bytes) / d2h_bytes_per_ms;
-    double in_ms = static_cast<double>(with_lms.in_bytes) / h2d_bytes_per_ms;
-    double bound_ms = std::max(t_forward, out_ms) + std::max(t_backward, in_ms);
-    double simple_bound_ms = std::max({t_forward + t_backward, out_ms, in_ms});
-    // The least any scheduler must move: what does not fit under the limit.
-    double min_moved = total > s.limit ? static_cast<double>(total - s.limit) : 0.0;
-    double min_bound_ms = std::max(t_forward, min_moved / d2h_bytes_per_ms) +
-        std::max(t_backward, min_moved / h2d_bytes_per_ms);
+    std::optional<OraclePhases> phases;
+    if (oracle) {
+      phases = OraclePhases{summarize(oracle->forward_ms).median_ms,
+                            summarize(oracle->backward_ms).median_ms};
+    }
+    const Bound bound = bandwidth_bound(phases, with_lms.out_bytes, with_lms.in_bytes, total,
+                                        s.limit, bandwidth);
+    double bound_ms = bound.step_ms;
     double lms_ms = summarize(with_lms.step_ms).median_ms;
 
     json.begin_object();
@@ -488,14 +428,7 @@ int run(int argc, char** argv) {
       json.field("oracle_skipped", s.oracle ? "activations do not fit on the device"
                                             : "--no-oracle");
     }
-    json.begin_object("bound");
-    json.field("step_ms", bound_ms);
-    json.field("simple_step_ms", simple_bound_ms);
-    json.field("min_traffic_step_ms", min_bound_ms);
-    json.field("transfer_out_ms", out_ms);
-    json.field("transfer_in_ms", in_ms);
-    json.field("uses_oracle_compute", oracle.has_value());
-    json.end_object();
+    write_bound(json, bound);
     json.field("bound_efficiency", bound_ms / lms_ms);
     if (oracle) {
       json.field("overhead_vs_oracle", lms_ms / summarize(oracle->step_ms).median_ms - 1.0);

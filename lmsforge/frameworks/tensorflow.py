@@ -174,8 +174,9 @@ def _core_sim(ctx: LevelContext) -> LevelResult:
     with Timer() as build_timer:
         ctx.say(f"core-sim: building the simulated CUDA driver and {core_sim.PROGRAM} "
                 f"from {len(units)} translation units, {ctx.jobs} at a time")
+        cuda_root = c10_inputs.ensure_cuda_toolkit(cache_root)
         sim_dir = core_sim.build_simulator(
-            work / "sim", c10_inputs.ensure_cuda_toolkit(cache_root),
+            work / "sim", cuda_root,
             inputs.include_dir(unpacked) / "third_party" / "gpus" / "cuda" / "include", log,
             ctx.jobs)
         todo = core_sim.reuse_compiled(units, paths, objects, _paths(ctx, "compile"),
@@ -196,12 +197,22 @@ def _core_sim(ctx: LevelContext) -> LevelResult:
                                facts=facts, log=str(log))
         guards = core_sim.compile_guards(work / "audit", objects)
         binary = core_sim.link(sources, objects, guards, library, work, log)
+        no_benchmark = core_sim.benchmark_unavailable()
+        if not no_benchmark:
+            ctx.say(f"core-sim: building {core_sim.BENCH_PROGRAM}")
+            benchmark = core_sim.build_benchmark(sources, paths, objects, guards, library,
+                                                 sim_dir, cuda_root, work, log)
     facts["build_seconds"] = round(build_timer.seconds, 1)
     runs = []
     for seed in range(1, ctx.sim_seeds + 1):
         ctx.say(f"core-sim: {core_sim.PROGRAM}, seed {seed} of {ctx.sim_seeds}")
         runs.append(core_sim.run_seed(binary, seed, sim_dir, ctx.work_dir))
-    return core_sim.judge(runs, facts, str(log))
+    bench_runs = []
+    # Its data check says nothing new where the tests already failed.
+    if not no_benchmark and not any(run.problem for run in runs):
+        ctx.say(f"core-sim: {core_sim.BENCH_PROGRAM} --short")
+        bench_runs.append(core_sim.run_benchmark(benchmark, 1, sim_dir, ctx.work_dir))
+    return core_sim.judge(runs, facts, str(log), bench_runs, no_benchmark)
 
 
 def _core_gpu(ctx: LevelContext) -> LevelResult:

@@ -11,6 +11,7 @@ only the file a mutation changes, and put the verified object back afterwards.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -57,6 +58,11 @@ EXPECTED_FAILURES = {
         "GpuLmsTimestampedTest.APagedOutChunkWaitsForTheTrackerBeforeAnUnorderedWriter"},
 }
 GPU_TESTS = 19
+# Mutations whose missing wait must also make the oversubscription benchmark compute a wrong
+# gradient (its data check bites): each lets a copy and a kernel touch the same chunk at once.
+BENCH_MUTATIONS = {f"tensorflow-v2.14.1-sim/{name}.patch" for name in (
+    "compute-does-not-wait-for-page-out", "page-out-does-not-wait-for-compute",
+    "page-in-does-not-wait-for-compute")}
 
 
 @pytest.fixture(autouse=True)
@@ -93,6 +99,23 @@ def test_the_series_passes_core_sim_under_several_seeds(bundled_verification) ->
             "vtable of tsl::Allocator"} <= set(audit["changed_classes"])
     assert any("GPUProcessState::GetGPUAllocator" in g for g in audit["guards"])
     assert audit["interposed_members"] > 100
+    # The oversubscription benchmark ran on the simulator, checked its gradient, and reports
+    # a bound efficiency per k (SIMULATED: virtual time), with what LMS moved.
+    bench = sim["facts"]["benchmarks"]["oversubscription"]
+    assert bench["ok"] and bench["simulated"], bench["problem"]
+    figures = bench["figures"]
+    assert figures["simulated"] is True and figures["clock"] == "virtual"
+    assert set(figures["bound_efficiency"]) == {"1", "2", "4", "8"}
+    assert all(0.3 < value <= 1.05 for value in figures["bound_efficiency"].values()), figures
+    result = json.loads(Path(bench["result"]).read_text())
+    assert result["framework"] == "tensorflow" and result["data_ok"] is True
+    for row in result["results"]:
+        # k x the limit of activations cannot pass without paging at least what exceeds it.
+        assert row["lms"]["out_bytes_per_step"] >= row["activation_total_bytes"] - \
+            result["settings"]["limit_bytes"], row
+        assert row["lms"]["in_bytes_per_step"] == row["lms"]["out_bytes_per_step"], row
+        assert row["matches_oracle"] and row["host_reference_mismatches"] == 0
+    assert "simulated bound efficiency" in sim["detail"]
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +193,13 @@ def test_a_missing_wait_or_pin_fails_the_gpu_test(verified: tuple[Path, Path],
         binary = core_sim.link(sources, objects, objects / "layout_guards.o", library, root, log)
         runs = [core_sim.run_seed(binary, seed, work / "core-sim" / "sim", root)
                 for seed in MUTATION_SEEDS]
+        bench = None
+        if mutation in BENCH_MUTATIONS:
+            program = core_sim.link_benchmark(
+                core_sim.benchmark_objects(work / "core-sim"), sources, objects,
+                objects / "layout_guards.o", library, work / "core-sim" / "sim", root, log)
+            bench = core_sim.run_benchmark(program, MUTATION_SEEDS[0],
+                                           work / "core-sim" / "sim", root)
     finally:
         subprocess.run(["git", "checkout", "--quiet", "--", "."], cwd=tree, check=True)
         for unit, content in verified_objects.items():
@@ -180,3 +210,5 @@ def test_a_missing_wait_or_pin_fails_the_gpu_test(verified: tuple[Path, Path],
         assert run.report is not None and run.report.failed > 0, run.problem
         assert "replay: LMS_SIM_DEVICES=2 LMS_SIM_POLL_CLOCK=1 LMS_SIM_SEED=" in run.problem
         assert set(run.report.failures) >= EXPECTED_FAILURES[mutation], run.report.failures
+    if bench is not None:
+        assert "computed a wrong gradient" in bench.problem, bench.problem

@@ -77,6 +77,25 @@ def test_a_tensorflow_core_sim_failure_names_its_seed_and_replay(tmp_path: Path)
     assert passed.status == PASS and "not a GPU result" in passed.detail
 
 
+def test_a_tensorflow_pass_carries_the_benchmarks_simulated_efficiency(tmp_path: Path) -> None:
+    runs = [core_sim.SeedRun(1, GtestReport(19, 0, 0, 0, ()), "", 1.0, tmp_path / "1.log")]
+    bench = sim_level.BenchRun("oversubscription", "", tmp_path / "o.json", 11.0,
+                               sim_level.simulated_figures(OVERSUB))
+    result = core_sim.judge(runs, {"audit_summary": "ok"}, "log", [bench])
+    assert result.status == PASS
+    assert ("simulated bound efficiency 0.76 0.59 0.67 0.70 at k = 1 2 4 8 (simulated CUDA "
+            "driver, not a GPU result)") in result.detail
+    assert result.facts["benchmarks"]["oversubscription"]["figures"]["simulated"] is True
+    wrong = sim_level.BenchRun("oversubscription", "lms_tf_bench_oversub exited with 1: "
+                               "computed a wrong gradient", tmp_path / "o.json", 11.0)
+    failed = core_sim.judge(runs, {"audit_summary": "ok"}, "log", [wrong])
+    assert failed.status == FAIL
+    assert failed.detail.startswith("benchmark oversubscription: lms_tf_bench_oversub exited")
+    unbuilt = core_sim.judge(runs, {"audit_summary": "ok"}, "log", [], "no bench/ beside it")
+    assert unbuilt.status == PASS and "benchmark not built: no bench/ beside it" in \
+        unbuilt.detail and unbuilt.facts["benchmarks_not_built"] == "no bench/ beside it"
+
+
 def test_a_tree_without_cuda_tests_fails(tmp_path: Path) -> None:
     (tmp_path / "c10" / "cuda" / "test").mkdir(parents=True)
     ctx = LevelContext("pytorch", "v2.6.0", tmp_path, "0" * 40, tmp_path / "w",

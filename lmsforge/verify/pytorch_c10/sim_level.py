@@ -108,13 +108,17 @@ def run_seed(binary: Path, seed: int, work_dir: Path, tests: Sequence[str] = ())
                               timeout=seed_timeout(), tests=tests)
 
 
-def run_benchmark(binary: Path, name: str, seed: int, work_dir: Path) -> BenchRun:
+def run_benchmark(binary: Path, name: str, seed: int, work_dir: Path,
+                  env: dict[str, str] | None = None) -> BenchRun:
+    """One benchmark in its short mode under SEED (ENV: the simulator's settings, if not this
+    level's), whose JSON must say the data was checked on the simulator."""
     result = work_dir / f"{LEVEL}.{name}.json"
     result.unlink(missing_ok=True)  # a stale result must never stand in for this run
     log = work_dir / f"{LEVEL}.{name}.log"
     with open(log, "w") as out, Timer() as timer:
         finished = run_logged([binary, "--short", "--out", result], out,
-                              timeout=BENCH_TIMEOUT_S, env=env_for(seed))
+                              timeout=BENCH_TIMEOUT_S,
+                              env=env_for(seed) if env is None else env)
     if finished.timed_out:
         return BenchRun(name, f"{binary.name} did not finish within {BENCH_TIMEOUT_S:.0f} s; "
                               f"log: {log}", result, timer.seconds)

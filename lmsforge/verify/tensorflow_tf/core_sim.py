@@ -16,8 +16,11 @@ object of a changed layout, and links guards that abort naming the library funct
 Every unit is compiled as the wheel was (``GOOGLE_CUDA=1``), at -O0.
 
 The test runs once per seed of the simulator's adversarial scheduler (``LMS_SIM_SEED``) with two
-simulated devices; a failure names its seed and the command that replays it. Nothing here is a
-GPU result: the facts say ``simulated``.
+simulated devices; a failure names its seed and the command that replays it. Then the
+oversubscription benchmark (``bench/tensorflow/oversubscription.cc``: the PyTorch benchmark's loop
+on TensorFlow's allocator and tensors) runs in its short mode under the first seed; its data
+check must pass, and its bound efficiency per k goes into the facts. Nothing here is a GPU
+result: the facts say ``simulated``.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
+from lmsforge import bundled
 from lmsforge.errors import CheckFailed
 from lmsforge.verify.cmake_cache import forget_foreign_configuration
-from lmsforge.verify.levels import PASS, LevelResult
-from lmsforge.verify.pytorch_c10 import sim_seeds
+from lmsforge.verify.levels import FAIL, PASS, LevelResult
+from lmsforge.verify.pytorch_c10 import sim_level, sim_seeds
+from lmsforge.verify.pytorch_c10.sim_level import BenchRun
 from lmsforge.verify.pytorch_c10.sim_seeds import SeedRun
 from lmsforge.verify.tensorflow_tf import compile_units, core_cpu, layout_audit
 from lmsforge.verify.tensorflow_tf.toolchain import (CXX, GPU_DEFINES, WHEEL_FLAGS, Paths,
@@ -54,6 +59,14 @@ SIM_TARGETS = ("lms_cuda_sim_driver", "lms_cuda_sim_cudart11")
 # on (lmsforge/sim/README.md).
 SIM_ENV = {"LMS_SIM_DEVICES": "2", "LMS_SIM_POLL_CLOCK": "1"}
 SEED_TIMEOUT_S = 300.0
+# bench/ of a source checkout (absent from an installed lmsforge): the benchmark's TensorFlow
+# side, compiled like the level's units, and the PyTorch benchmark's argument parsing, JSON and
+# host kernels, compiled against the CUDA headers the simulator was built with.
+BENCH_DIR = bundled.path("bench")
+BENCH_SOURCE = "tensorflow/oversubscription.cc"
+BENCH_SUPPORT = ("common.cpp", "oversubscription_bound.cpp", "kernels_sim.cpp")
+BENCH_PROGRAM = "lms_tf_bench_oversub"
+BENCH_NAME = "oversubscription"
 
 
 class Sources(NamedTuple):
@@ -185,6 +198,70 @@ def build_simulator(build_dir: Path, cuda_root: Path, wheel_cuda_include: Path, 
     return build_dir
 
 
+def benchmark_unavailable() -> str:
+    """Why the benchmark cannot be built here, or ''."""
+    if not (BENCH_DIR / BENCH_SOURCE).is_file():
+        return "no bench/ beside lmsforge (not a source checkout)"
+    return ""
+
+
+def build_benchmark(sources: Sources, paths: Paths, objects: Path, guards: Path,
+                    library_dir: Path, sim_dir: Path, cuda_root: Path, out: Path,
+                    log: Path) -> Path:
+    """The benchmark program: its TensorFlow side compiled as the level's units are (with
+    -O1: -O0 would only slow the host), linked with the level's library objects, the layout
+    guards and the simulator, whose host kernels it launches."""
+    bench_objects = benchmark_objects(out)
+    bench_objects.mkdir(parents=True, exist_ok=True)
+    tf_side = command(str(BENCH_DIR / BENCH_SOURCE), paths, bench_objects)
+    tf_side[tf_side.index("-O0")] = "-O1"
+    tf_side[tf_side.index("-c"):tf_side.index("-c")] = [
+        f"-I{BENCH_DIR}", "-DLMS_BENCH_SIMULATED=1"]
+    tf_side[-1] = str(bench_objects / "oversubscription.o")
+    commands = {BENCH_SOURCE: tf_side}
+    for name in BENCH_SUPPORT:
+        commands[name] = [CXX, "-std=c++17", "-O2", "-w", "-DLMS_BENCH_SIMULATED=1",
+                          "-DLMS_BENCH_WITHOUT_C10=1", f"-I{BENCH_DIR}",
+                          f"-I{SIM_SOURCE_DIR / 'include'}", f"-I{cuda_root / 'include'}",
+                          "-c", str(BENCH_DIR / name), "-o", str(bench_objects / f"{name}.o")]
+    for label, cmd in commands.items():
+        _run_logged(cmd, label, log)
+    return link_benchmark(bench_objects, sources, objects, guards, library_dir, sim_dir, out,
+                          log)
+
+
+def benchmark_objects(out: Path) -> Path:
+    """Where build_benchmark leaves the benchmark's own objects (a mutation relinks them)."""
+    return out / "bench-obj"
+
+
+def link_benchmark(bench_objects: Path, sources: Sources, objects: Path, guards: Path,
+                   library_dir: Path, sim_dir: Path, out: Path, log: Path) -> Path:
+    binary = out / BENCH_PROGRAM
+    _run_logged([CXX, "-o", str(binary), *map(str, sorted(bench_objects.glob("*.o"))),
+                 *(str(object_path(objects, source)) for source in sources.library),
+                 str(guards), f"-L{library_dir}", "-l:libtensorflow_framework.so.2",
+                 f"-Wl,-rpath,{library_dir}", f"-L{sim_dir}", "-llms_cuda_sim",
+                 f"-Wl,-rpath,{sim_dir}", "-lpthread"], "the link", log)
+    return binary
+
+
+def _run_logged(cmd: Sequence[str], label: str, log: Path) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    with open(log, "a") as out_log:
+        out_log.write(f"== {BENCH_PROGRAM}, {label}: rc={proc.returncode}\n{proc.stderr}")
+    if proc.returncode != 0:
+        raise CheckFailed(f"building {BENCH_PROGRAM} failed at {label}: "
+                          f"{_first_error(proc.stderr)}; full log: {log}")
+
+
+def run_benchmark(binary: Path, seed: int, sim_dir: Path, work_dir: Path) -> BenchRun:
+    """The benchmark's short mode under SEED (its figures are the same under every seed:
+    virtual time does not see the delays)."""
+    return sim_level.run_benchmark(binary, BENCH_NAME, seed, work_dir,
+                                   env=env_for(seed, sim_dir))
+
+
 def env_for(seed: int, sim_dir: Path) -> dict[str, str]:
     return {**SIM_ENV, "LMS_SIM_SEED": str(seed), "LD_LIBRARY_PATH": str(sim_dir)}
 
@@ -198,20 +275,36 @@ def run_seed(binary: Path, seed: int, sim_dir: Path, work_dir: Path) -> SeedRun:
                               timeout=SEED_TIMEOUT_S)
 
 
-def judge(runs: Sequence[SeedRun], facts: dict[str, object], log: str) -> LevelResult:
-    """PASS only when every seed ran every test and all passed; a failure names the first
-    failing seed and how to replay it."""
+def judge(runs: Sequence[SeedRun], facts: dict[str, object], log: str,
+          bench_runs: Sequence[BenchRun] = (), no_benchmark: str = "") -> LevelResult:
+    """PASS only when every seed ran every test and all passed, and the benchmark (where it
+    was built) checked its data; a failure names the first failing seed and how to replay it."""
     facts = {"simulated": True, "gpu": False, **facts,
              "seeds": [run.to_json() for run in runs],
+             "benchmarks": {run.name: run.to_json() for run in bench_runs},
              "test_seconds": round(sum(run.seconds for run in runs), 1)}
+    if no_benchmark:
+        facts["benchmarks_not_built"] = no_benchmark
     failure = sim_seeds.seeds_failed(runs, facts, log)
     if failure is not None:
         return failure
+    failed = [run for run in bench_runs if run.problem]
+    if failed:
+        return LevelResult(LEVEL, FAIL, facts=facts, log=log,
+                           detail=f"benchmark {failed[0].name}: {failed[0].problem}")
     passed = runs[0].report.passed if runs[0].report else 0
+    detail = f"{passed} GPU tests passed under each of {len(runs)} seeds"
+    efficiency = next((run.figures["bound_efficiency"] for run in bench_runs
+                       if run.figures and "bound_efficiency" in run.figures), {})
+    if efficiency:
+        detail += (f"; the benchmark's data check passed, simulated bound efficiency "
+                   f"{' '.join(f'{value:.2f}' for value in efficiency.values())} at k = "
+                   f"{' '.join(efficiency)}")
+    elif no_benchmark:
+        detail += f"; benchmark not built: {no_benchmark}"
     return LevelResult(LEVEL, PASS, facts=facts, log=log,
-                       detail=f"{passed} GPU tests passed under each of {len(runs)} seeds "
-                              f"(simulated CUDA driver, not a GPU result); layout audit: "
-                              f"{facts.get('audit_summary', '')}")
+                       detail=f"{detail} (simulated CUDA driver, not a GPU result); layout "
+                              f"audit: {facts.get('audit_summary', '')}")
 
 
 def have_tools() -> str:
