@@ -66,6 +66,7 @@ BENCH_DIR = bundled.path("bench")
 BENCH_SOURCE = "tensorflow/oversubscription.cc"
 BENCH_SUPPORT = ("common.cpp", "oversubscription_bound.cpp", "kernels_sim.cpp")
 BENCH_PROGRAM = "lms_tf_bench_oversub"
+BENCH_OBJECT = "oversubscription.o"
 BENCH_NAME = "oversubscription"
 
 
@@ -217,7 +218,7 @@ def build_benchmark(sources: Sources, paths: Paths, objects: Path, guards: Path,
     tf_side[tf_side.index("-O0")] = "-O1"
     tf_side[tf_side.index("-c"):tf_side.index("-c")] = [
         f"-I{BENCH_DIR}", "-DLMS_BENCH_SIMULATED=1"]
-    tf_side[-1] = str(bench_objects / "oversubscription.o")
+    tf_side[-1] = str(bench_objects / BENCH_OBJECT)
     commands = {BENCH_SOURCE: tf_side}
     for name in BENCH_SUPPORT:
         commands[name] = [CXX, "-std=c++17", "-O2", "-w", "-DLMS_BENCH_SIMULATED=1",
@@ -238,7 +239,9 @@ def benchmark_objects(out: Path) -> Path:
 def link_benchmark(bench_objects: Path, sources: Sources, objects: Path, guards: Path,
                    library_dir: Path, sim_dir: Path, out: Path, log: Path) -> Path:
     binary = out / BENCH_PROGRAM
-    _run_logged([CXX, "-o", str(binary), *map(str, sorted(bench_objects.glob("*.o"))),
+    # Named, not globbed: an object an older lmsforge left there must not join the link.
+    own = [bench_objects / BENCH_OBJECT, *(bench_objects / f"{name}.o" for name in BENCH_SUPPORT)]
+    _run_logged([CXX, "-o", str(binary), *map(str, own),
                  *(str(object_path(objects, source)) for source in sources.library),
                  str(guards), f"-L{library_dir}", "-l:libtensorflow_framework.so.2",
                  f"-Wl,-rpath,{library_dir}", f"-L{sim_dir}", "-llms_cuda_sim",
