@@ -4,6 +4,7 @@
 #include "pattern.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace lms_bench {
 
@@ -85,6 +86,22 @@ Bound bandwidth_bound(const std::optional<OraclePhases>& oracle, int64_t out_byt
                               std::max(t_backward, min_moved / bandwidth.h2d_bytes_per_ms);
   bound.uses_oracle_compute = oracle.has_value();
   return bound;
+}
+
+OraclePhases oracle_phases(const std::vector<double>& forward_ms,
+                           const std::vector<double>& backward_ms) {
+  return {summarize(forward_ms).median_ms, summarize(backward_ms).median_ms};
+}
+
+void finish_report(Json& json, size_t failures, const std::string& out) {
+  json.end_array();
+  json.field("data_ok", failures == 0);
+  json.end_object();
+  json.write(out);
+  if (failures != 0) {
+    throw CheckFailed(std::to_string(failures) + " configuration(s) computed a wrong gradient");
+  }
+  std::printf("wrote %s\n", out.c_str());
 }
 
 void write_bound(Json& json, const Bound& bound) {

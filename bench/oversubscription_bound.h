@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace lms_bench {
@@ -30,6 +31,9 @@ struct OraclePhases {
   double forward_ms;
   double backward_ms;
 };
+// The medians of its timed steps' phases.
+OraclePhases oracle_phases(const std::vector<double>& forward_ms,
+                           const std::vector<double>& backward_ms);
 
 // The bound per step (docs/gpu.md section 5):
 //   max(T_forward, S_out / B_d2h) + max(T_backward, S_in / B_h2d)
@@ -50,5 +54,9 @@ Bound bandwidth_bound(const std::optional<OraclePhases>& oracle, int64_t out_byt
 
 // The "bound" object of a result row.
 void write_bound(Json& json, const Bound& bound);
+
+// Closes the results array and the report, writes it to `out`, and throws
+// CheckFailed when `failures` configurations computed a wrong gradient.
+void finish_report(Json& json, size_t failures, const std::string& out);
 
 } // namespace lms_bench

@@ -383,8 +383,7 @@ int run(int argc, char** argv) {
 
     std::optional<OraclePhases> phases;
     if (oracle) {
-      phases = OraclePhases{summarize(oracle->forward_ms).median_ms,
-                            summarize(oracle->backward_ms).median_ms};
+      phases = oracle_phases(oracle->forward_ms, oracle->backward_ms);
     }
     const Bound bound = bandwidth_bound(phases, with_lms.out_bytes, with_lms.in_bytes, total,
                                         s.limit, bandwidth);
@@ -415,14 +414,7 @@ int run(int argc, char** argv) {
                 bound_ms, bound_ms / lms_ms, data_ok ? "" : "  DATA MISMATCH");
     std::fflush(stdout);
   }
-  json.end_array();
-  json.field("data_ok", failures == 0);
-  json.end_object();
-  json.write(s.out);
-  if (failures != 0) {
-    throw CheckFailed(std::to_string(failures) + " configuration(s) computed a wrong gradient");
-  }
-  std::printf("wrote %s\n", s.out.c_str());
+  finish_report(json, failures, s.out);
   return kExitOk;
 }
 
