@@ -17,6 +17,10 @@
 // simulator only (the core-sim level builds and runs it); on a GPU it would
 // need the kernels as PTX, which the TensorFlow bundle's compiler cannot make.
 //
+// Each k runs twice with LMS: with its policies (TF_LMS_CONF as set; all on by
+// default) and on demand (sync_mode:3, unless --no-on-demand), so the report
+// shows what the policies buy.
+//
 // The bound per step is
 //   max(T_forward, S_out / B_d2h) + max(T_backward, S_in / B_h2d)
 // with T_* from the no-limit run, S_* the bytes LMS moved (its statistics) and
@@ -50,6 +54,7 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/protobuf/config.pb.h"
 #include "tensorflow/tsl/framework/bfc_allocator.h"
+#include "tensorflow/tsl/framework/lms/lms_conf.h"
 #include "tensorflow/tsl/framework/lms/lms_manager.h"
 #include "tensorflow/tsl/framework/lms/pin_set.h"
 
@@ -77,6 +82,7 @@ struct Settings {
   int steps;
   int warmup;
   bool oracle;
+  bool on_demand;
 };
 
 Settings parse(int argc, char** argv, bool* help) {
@@ -95,6 +101,7 @@ Settings parse(int argc, char** argv, bool* help) {
   args.option("steps", "10", "timed steps per configuration (the median is reported)");
   args.option("warmup", "2", "untimed steps per configuration");
   args.flag("no-oracle", "skip the runs without a limit");
+  args.flag("no-on-demand", "skip the runs with every LMS policy off (TF_LMS_CONF sync_mode:3)");
   args.flag("short", "the PyTorch benchmark's smoke run: limit 80M (8 activations of 10 MiB per "
                      "limit), k = 1,2,4,8, 64 rounds, 2 of them in the data, 1 step, 1 warm-up");
   *help = !args.parse(argc, argv);
@@ -115,6 +122,7 @@ Settings parse(int argc, char** argv, bool* help) {
   s.steps = static_cast<int>(parse_int(args.get_or_short("steps", "1"), 1, 10000, "steps"));
   s.warmup = static_cast<int>(parse_int(args.get_or_short("warmup", "1"), 0, 1000, "warmup"));
   s.oracle = !args.given("no-oracle");
+  s.on_demand = !args.given("no-on-demand");
   return s;
 }
 
@@ -151,7 +159,9 @@ cudaStream_t cuda_stream(se::Stream* stream) {
 // One GPU as TensorFlow's runtime sets it up: a compute stream, a pinned host
 // pool, and the GPU BFC allocator of `memory` bytes, with LMS or without.
 struct Gpu {
-  Gpu(se::StreamExecutor* executor, size_t memory, size_t host_memory, bool lms)
+  // `on_demand`: LMS with every policy off (sync_mode 3), whatever TF_LMS_CONF says.
+  Gpu(se::StreamExecutor* executor, size_t memory, size_t host_memory, bool lms,
+      bool on_demand = false)
       : executor(executor), compute(std::make_unique<se::Stream>(executor)) {
     compute->Init();
     if (!compute->ok()) throw CheckFailed("could not create the compute stream");
@@ -177,6 +187,12 @@ struct Gpu {
           tf::EventMgrFactory::Singleton()->GetEventMgr(executor, tf::GPUOptions());
       const tf::Status status = bfc->EnableLms(executor, compute.get(), host.get(), event_mgr);
       if (!status.ok()) throw CheckFailed("EnableLms: " + std::string(status.message()));
+      if (on_demand) {
+        tsl::lms::LmsPolicy policy;
+        const tf::Status parsed = tsl::lms::ParseLmsConf("sync_mode:3", kProgram, &policy);
+        if (!parsed.ok()) throw CheckFailed(std::string(parsed.message()));
+        bfc->GetLmsManager()->SetPolicy(policy);
+      }
     }
   }
 
@@ -231,6 +247,7 @@ struct StepTimes {
   int64_t out_bytes = 0;  // per step, from the LMS statistics (the last step)
   int64_t in_bytes = 0;
   int64_t pageouts = 0, pageins = 0;
+  int64_t prefetches = 0, prefetch_hits = 0, prefetch_wasted = 0;
   std::vector<uint32_t> grad;
 };
 
@@ -285,6 +302,9 @@ StepTimes run_loop(const Settings& s, Gpu& gpu, int layers, size_t bytes) {
     times.out_bytes = after.bytes_reclaimed - before.bytes_reclaimed;
     times.in_bytes = after.bytes_paged_in - before.bytes_paged_in;
     times.pageins = after.num_pageins - before.num_pageins;
+    times.prefetches = after.num_prefetches - before.num_prefetches;
+    times.prefetch_hits = after.num_prefetch_hits - before.num_prefetch_hits;
+    times.prefetch_wasted = after.num_prefetch_wasted - before.num_prefetch_wasted;
     times.pageouts = (after.num_single_reclaims - before.num_single_reclaims) +
                      (after.num_full_reclaims - before.num_full_reclaims);
     if (step >= 0) {
@@ -309,6 +329,9 @@ void write_times(Json& json, const std::string& key, const StepTimes& t) {
   json.field("in_bytes_per_step", static_cast<long long>(t.in_bytes));
   json.field("reclaims_per_step", static_cast<long long>(t.pageouts));
   json.field("pageins_per_step", static_cast<long long>(t.pageins));
+  json.field("prefetches_per_step", static_cast<long long>(t.prefetches));
+  json.field("prefetch_hits_per_step", static_cast<long long>(t.prefetch_hits));
+  json.field("prefetch_wasted_per_step", static_cast<long long>(t.prefetch_wasted));
   json.begin_array("step_samples_ms");
   for (double sample : t.step_ms) json.value(sample);
   json.end_array();
@@ -358,8 +381,8 @@ int run(int argc, char** argv) {
   json.begin_array("results");
 
   size_t failures = 0;
-  std::printf("%4s %7s %12s %12s %12s %10s\n", "k", "layers", "lms ms", "oracle ms", "bound ms",
-              "bound eff");
+  std::printf("%4s %7s %12s %12s %12s %10s %14s\n", "k", "layers", "lms ms", "oracle ms",
+              "bound ms", "bound eff", "on-demand eff");
   for (long k : s.factors) {
     const int layers = static_cast<int>(k) * s.layers_per_limit;
     const size_t total = bytes * static_cast<size_t>(layers);
@@ -368,7 +391,13 @@ int run(int argc, char** argv) {
       Gpu gpu(executor, s.limit, kHostPoolHeadroom * total, /*lms=*/true);
       with_lms = run_loop(s, gpu, layers, bytes);
     }
-    const size_t host_bad = gradient_mismatches(with_lms.grad, layers, s.data_rounds);
+    size_t host_bad = gradient_mismatches(with_lms.grad, layers, s.data_rounds);
+    std::optional<StepTimes> on_demand;
+    if (s.on_demand) {
+      Gpu gpu(executor, s.limit, kHostPoolHeadroom * total, /*lms=*/true, /*on_demand=*/true);
+      on_demand = run_loop(s, gpu, layers, bytes);
+      host_bad += gradient_mismatches(on_demand->grad, layers, s.data_rounds);
+    }
     std::optional<StepTimes> oracle;
     LMS_BENCH_CUDA(cudaMemGetInfo(&device_free, &device_total));
     const size_t oracle_memory = total + 4 * bytes;
@@ -377,7 +406,8 @@ int run(int argc, char** argv) {
       Gpu gpu(executor, oracle_memory, 64 * kMiB, /*lms=*/false);
       oracle = run_loop(s, gpu, layers, bytes);
     }
-    const bool same_as_oracle = !oracle || oracle->grad == with_lms.grad;
+    const bool same_as_oracle = (!oracle || oracle->grad == with_lms.grad) &&
+                                (!oracle || !on_demand || oracle->grad == on_demand->grad);
     const bool data_ok = host_bad == 0 && same_as_oracle;
     failures += data_ok ? 0 : 1;
 
@@ -389,6 +419,14 @@ int run(int argc, char** argv) {
                                         s.limit, bandwidth);
     const double bound_ms = bound.step_ms;
     const double lms_ms = summarize(with_lms.step_ms).median_ms;
+    // On demand moves the same bytes or more: its own bound.
+    std::optional<double> on_demand_efficiency;
+    if (on_demand) {
+      on_demand_efficiency =
+          bandwidth_bound(phases, on_demand->out_bytes, on_demand->in_bytes, total, s.limit,
+                          bandwidth).step_ms /
+          summarize(on_demand->step_ms).median_ms;
+    }
 
     json.begin_object();
     json.field("k", static_cast<long long>(k));
@@ -402,16 +440,28 @@ int run(int argc, char** argv) {
       json.field("oracle_skipped", s.oracle ? "activations do not fit on the device"
                                             : "--no-oracle");
     }
+    if (on_demand) {
+      write_times(json, "on_demand", *on_demand);
+    } else {
+      json.null_field("on_demand");
+    }
     write_bound(json, bound);
     json.field("bound_efficiency", bound_ms / lms_ms);
+    if (on_demand_efficiency) {
+      json.field("on_demand_bound_efficiency", *on_demand_efficiency);
+    } else {
+      json.null_field("on_demand_bound_efficiency");
+    }
     json.field("host_reference_mismatches", host_bad);
     json.field("matches_oracle", oracle ? same_as_oracle : true);
     json.field("data_ok", data_ok);
     json.end_object();
 
-    std::printf("%4ld %7d %12.3f %12s %12.3f %10.3f%s\n", k, layers, lms_ms,
+    std::printf("%4ld %7d %12.3f %12s %12.3f %10.3f %14s%s\n", k, layers, lms_ms,
                 oracle ? absl::StrCat(summarize(oracle->step_ms).median_ms).c_str() : "-",
-                bound_ms, bound_ms / lms_ms, data_ok ? "" : "  DATA MISMATCH");
+                bound_ms, bound_ms / lms_ms,
+                on_demand_efficiency ? absl::StrCat(*on_demand_efficiency).c_str() : "-",
+                data_ok ? "" : "  DATA MISMATCH");
     std::fflush(stdout);
   }
   finish_report(json, failures, s.out);

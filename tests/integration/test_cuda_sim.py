@@ -96,3 +96,15 @@ def test_a_malformed_calibration_file_is_named(program: Path, tmp_path: Path, te
                           env={**os.environ, "LMS_SIM_CALIBRATION": str(table)})
     assert proc.returncode != 0
     assert f"LMS_SIM_CALIBRATION={table}, {message}" in proc.stderr
+
+
+def test_only_a_polling_loop_catches_up_under_the_poll_clock(program: Path,
+                                                             tmp_path: Path) -> None:
+    """LMS_SIM_POLL_CLOCK=1 (the TensorFlow level's setting): one query does not make its
+    thread wait (EventMgr::ThenExecute polls on its caller's thread), a polling loop catches
+    up. The plain runs above check the same test without the setting."""
+    proc = subprocess.run([str(program), "--gtest_filter=Timing.OnlyAPollingLoop*"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "LMS_SIM_POLL_CLOCK": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[  PASSED  ] 1 test." in proc.stdout

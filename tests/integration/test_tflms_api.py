@@ -31,7 +31,7 @@ NO_LMS_LINE = ("tensorflow_large_model_support.LmsUnavailableError: this TensorF
                "tensorflow), see docs/tensorflow-lms.md")
 
 STAND_IN_SCRIPT = textwrap.dedent(r'''
-    import json, logging, sys, warnings
+    import json, logging, os, sys, warnings
     import numpy as np
     import tensorflow as tf
 
@@ -96,6 +96,7 @@ STAND_IN_SCRIPT = textwrap.dedent(r'''
         LMS(swapout_threshold=2, swapin_ahead=3, swapin_groupby=4, sync_mode=3,
             serialization=[2])
     out["warnings"] = [str(w.message) for w in caught if issubclass(w.category, LMSWarning)]
+    out["tf_lms_conf"] = os.environ.get("TF_LMS_CONF")
     out["enabled_after_init"] = series.enabled
     out["inter_op_threads"] = tf.config.threading.get_inter_op_parallelism_threads()
 
@@ -199,8 +200,12 @@ def test_knobs_enable_lms_and_warn_once_each(stand_in) -> None:
     # Two LMS objects with every knob set: one warning per knob, each saying what it does here.
     assert sorted(w.split("=")[0] for w in warned) == [
         "[LMS] serialization", "[LMS] swapin_ahead", "[LMS] swapin_groupby",
-        "[LMS] swapout_threshold", "[LMS] sync_mode"], warned
+        "[LMS] swapout_threshold"], warned
     assert all("accepted and ignored" in w for w in warned if "serialization" not in w)
+    assert any("counts operations in TFLMSv2" in w for w in warned)
+    # sync_mode reaches the allocator (TF_LMS_CONF, read when the GPUs start); the later
+    # object's swapin_ahead=3 (operations, no byte budget) put the first's 0 back to auto.
+    assert out["tf_lms_conf"] == "sync_mode:3"
     assert any("inter-op parallelism 1" in w for w in warned)
     assert out["inter_op_threads"] == 1
 

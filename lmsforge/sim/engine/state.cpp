@@ -18,6 +18,10 @@ thread_local int thread_device = 0;
 thread_local std::vector<StreamRef> thread_streams;
 
 thread_local const char* thread_call = nullptr;
+// API calls this thread made, and the number of its last one that was a query
+// finding work not done (LMS_SIM_POLL_CLOCK).
+thread_local uint64_t thread_calls = 0;
+thread_local uint64_t thread_not_ready_query = 0;
 
 void prune(std::vector<std::weak_ptr<StreamState>>& streams) {
   streams.erase(std::remove_if(streams.begin(), streams.end(),
@@ -46,6 +50,10 @@ const char* current_call() {
 
 void set_current_call(const char* call) {
   thread_call = call;
+}
+
+void count_api_call() {
+  ++thread_calls;
 }
 
 Device::Device(int index_, size_t capacity)
@@ -318,12 +326,17 @@ VirtualNs Runtime::stream_end(const StreamRef& stream) {
 Status Runtime::observe(VirtualNs end, const std::function<bool()>& really_done,
                              int index) {
   if (end > Timing::get().now()) {
-    if (settings().poll_clock) {
-      // A thread that polls (TensorFlow's EventMgr) sleeps between queries,
-      // which takes no virtual time: it would lag behind the work it waits
-      // for by one query's cost per poll. It sees the work done next time.
+    // A thread that polls (TensorFlow's EventMgr) sleeps between queries,
+    // which takes no virtual time: it would lag behind the work it waits
+    // for by one query's cost per poll. It sees the work done next time. A
+    // poller is a thread whose previous call was such a query too: a thread
+    // that queries once and goes on (EventMgr::ThenExecute polls on its
+    // caller's thread) does not wait, on a GPU or here.
+    const bool polling = thread_calls > 0 && thread_not_ready_query + 1 == thread_calls;
+    if (settings().poll_clock && polling) {
       Timing::get().reach(end);
     }
+    thread_not_ready_query = thread_calls;
     return kErrorNotReady;
   }
   if (really_done()) {

@@ -51,6 +51,8 @@ struct Place {
 // The runtime call running on this thread (api_call sets it), for messages.
 const char* current_call();
 void set_current_call(const char* call);
+// Counts an API call of this thread (Runtime::observe tells pollers by it).
+void count_api_call();
 
 class Runtime {
  public:

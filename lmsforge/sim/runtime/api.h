@@ -35,7 +35,10 @@ cudaError_t api_call(const char* function, Body&& body) {
   // Names the call in the message of a destroyed handle (state.h).
   struct CallName {
     const char* previous = current_call();
-    explicit CallName(const char* call) { set_current_call(call); }
+    explicit CallName(const char* call) {
+      set_current_call(call);
+      count_api_call();
+    }
     ~CallName() { set_current_call(previous); }
   } call_name(function);
   try {

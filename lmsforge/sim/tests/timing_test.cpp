@@ -10,6 +10,7 @@
 #include <lms_cuda_sim.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <regex>
 #include <string>
@@ -365,3 +366,32 @@ TEST_F(Timing, EachDeviceHasItsOwnEngines) {
 }
 
 }  // namespace
+
+// LMS_SIM_POLL_CLOCK (test_cuda_sim.py runs this test with it and without):
+// a thread that queries unfinished work once and goes on does not wait for
+// it, as TensorFlow's EventMgr::ThenExecute polls on its caller's thread; a
+// second query in a row is a polling loop, whose clock then catches up with
+// the work's end (with the setting only).
+TEST_F(Timing, OnlyAPollingLoopCatchesUpWithTheWorkItQueries) {
+  const char* setting = std::getenv("LMS_SIM_POLL_CLOCK");
+  const bool poll_clock = setting != nullptr && std::string(setting) == "1";
+  cudaStream_t busy = stream(), idle = stream();
+  cudaEvent_t start = event(), kernel_done = event(), issued = event(), polled = event();
+  ASSERT_CUDA(cudaEventRecord(start, idle));
+  ASSERT_CUDA(timed_kernel(busy, 5e6));
+  ASSERT_CUDA(cudaEventRecord(kernel_done, busy));
+  EXPECT_EQ(cudaEventQuery(kernel_done), cudaErrorNotReady);
+  ASSERT_CUDA(cudaEventRecord(issued, idle));  // the host's clock, on an idle stream
+  EXPECT_LT(elapsed(start, issued), 1.0f) << "one query made the thread wait";
+  EXPECT_EQ(cudaEventQuery(kernel_done), cudaErrorNotReady);
+  EXPECT_EQ(cudaEventQuery(kernel_done), cudaErrorNotReady);  // polling now
+  if (poll_clock) {
+    EXPECT_CUDA(cudaEventQuery(kernel_done));
+  }
+  ASSERT_CUDA(cudaEventRecord(polled, idle));
+  if (poll_clock) {
+    EXPECT_GE(elapsed(start, polled), 5.0f) << "a polling loop did not catch up";
+  } else {
+    EXPECT_LT(elapsed(start, polled), 1.0f) << "a query moved the clock";
+  }
+}

@@ -62,6 +62,11 @@ def simulated_figures(data: dict[str, Any]) -> dict[str, Any]:
         figures["bound_efficiency"] = {str(row["k"]): round(row["bound_efficiency"], 4)
                                        for row in rows}
         figures["lms_step_ms"] = {str(row["k"]): round(row["lms"]["step_ms"], 4) for row in rows}
+        # With every LMS policy off (the TensorFlow benchmark runs both).
+        if any(row.get("on_demand_bound_efficiency") is not None for row in rows):
+            figures["on_demand_bound_efficiency"] = {
+                str(row["k"]): round(row["on_demand_bound_efficiency"], 4) for row in rows
+                if row.get("on_demand_bound_efficiency") is not None}
     else:
         for key in ("ratio_out", "ratio_in"):
             figures[key] = {str(row["size"]): round(row[key], 4) for row in rows}

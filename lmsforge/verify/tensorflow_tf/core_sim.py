@@ -297,12 +297,17 @@ def judge(runs: Sequence[SeedRun], facts: dict[str, object], log: str,
                            detail=f"benchmark {failed[0].name}: {failed[0].problem}")
     passed = runs[0].report.passed if runs[0].report else 0
     detail = f"{passed} GPU tests passed under each of {len(runs)} seeds"
-    efficiency = next((run.figures["bound_efficiency"] for run in bench_runs
-                       if run.figures and "bound_efficiency" in run.figures), {})
+    figures = next((run.figures for run in bench_runs
+                    if run.figures and "bound_efficiency" in run.figures), {})
+    efficiency = figures.get("bound_efficiency", {})
     if efficiency:
         detail += (f"; the benchmark's data check passed, simulated bound efficiency "
                    f"{' '.join(f'{value:.2f}' for value in efficiency.values())} at k = "
                    f"{' '.join(efficiency)}")
+        on_demand = figures.get("on_demand_bound_efficiency", {})
+        if on_demand:
+            detail += (f" (on demand, sync_mode 3: "
+                       f"{' '.join(f'{value:.2f}' for value in on_demand.values())})")
     elif no_benchmark:
         detail += f"; benchmark not built: {no_benchmark}"
     return LevelResult(LEVEL, PASS, facts=facts, log=log,

@@ -17,6 +17,48 @@ class LmsUnavailableError(RuntimeError):
 LmsUnavailableError.__module__ = "tensorflow_large_model_support"
 
 
+CONF_VARIABLE = "TF_LMS_CONF"
+
+
+def _parse_conf(text: str) -> dict[str, str]:
+    """TF_LMS_CONF's `key:value` pairs (`=` works too); the series checks the values."""
+    pairs = {}
+    for item in text.split(","):
+        key, sep, value = item.replace("=", ":", 1).partition(":")
+        if key.strip():
+            pairs[key.strip()] = value.strip() if sep else ""
+    return pairs
+
+
+# What the user set before any LMS object: their TF_LMS_CONF keys win over LMS's arguments.
+_USER_CONF = None
+
+
+def apply_settings(settings: dict[str, str | None]) -> list[str]:
+    """Puts SETTINGS (TF_LMS_CONF keys; None: back to the series' default) into TF_LMS_CONF,
+    which the series reads when LMS is enabled on a GPU, so call it before the GPUs initialize.
+    Keys the user's own TF_LMS_CONF sets keep the user's value; returns those keys."""
+    import os
+    global _USER_CONF
+    if _USER_CONF is None:
+        _USER_CONF = _parse_conf(os.environ.get(CONF_VARIABLE, ""))
+    conf = _parse_conf(os.environ.get(CONF_VARIABLE, ""))
+    kept = []
+    for key, value in settings.items():
+        if key in _USER_CONF:
+            if value is not None and value != _USER_CONF[key]:
+                kept.append(key)
+        elif value is None:
+            conf.pop(key, None)
+        else:
+            conf[key] = value
+    if conf:
+        os.environ[CONF_VARIABLE] = ",".join(f"{key}:{value}" for key, value in conf.items())
+    else:
+        os.environ.pop(CONF_VARIABLE, None)
+    return kept
+
+
 def _experimental():
     import tensorflow as tf  # late: importing this package must not start TensorFlow
     return tf.config.experimental

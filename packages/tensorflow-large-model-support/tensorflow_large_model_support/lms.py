@@ -6,8 +6,8 @@ allocator instead, and today has one switch, on or off. So ``LMS``:
 - turns LMS on when it is constructed, because the switch must precede GPU initialization (the
   series raises its one-line RuntimeError when it is too late; a stock TensorFlow raises
   ``LmsUnavailableError``);
-- accepts TFLMSv2's knobs with TFLMSv2's checks, and says once per knob and process what each
-  does here (the four tuning knobs have no allocator setting yet; issue 30 adds them);
+- accepts TFLMSv2's knobs with TFLMSv2's checks, passes ``sync_mode`` and ``swapin_ahead=0``
+  to the allocator (TF_LMS_CONF), and says once per other knob and process what it does here;
 - maps ``serialization`` to inter-op parallelism 1 (see docs/tensorflow-lms.md, "TFLMSv2 users");
 - is one object that is both a Keras callback and an Estimator ``SessionRunHook``, as TFLMSv2's
   was, and has ``run()`` for tf.compat.v1 sessions.
@@ -101,6 +101,7 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
 
         _backend.enable()
         self._apply_serialization()
+        self._apply_knobs()
         self._warn_about_knobs()
         log.info("[LMS] Large Model Support enabled (requested for %s)", self._device)
 
@@ -148,16 +149,28 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
         _warn_once("serialization", f"{what} serializes every level here: TensorFlow runs one "
                    "operation at a time (inter-op parallelism 1), not only the levels named")
 
+    def _apply_knobs(self) -> None:
+        """The knobs the allocator's LMS has, through TF_LMS_CONF (read when the GPUs
+        initialize): sync_mode as is, and swapin_ahead=0 (TFLMSv2: swap in right before the
+        consumer) as no prefetch. The latest LMS object before the GPUs start wins."""
+        k = self.knobs
+        kept = _backend.apply_settings({
+            "sync_mode": str(k.sync_mode),
+            "swapin_ahead": "0" if k.swapin_ahead == 0 else None})
+        for key in kept:
+            _warn_once(f"conf-{key}", f"{key} from {_backend.CONF_VARIABLE} in the environment "
+                       "is kept over the LMS argument")
+
     def _warn_about_knobs(self) -> None:
         k = self.knobs
         for name, value in (("swapout_threshold", k.swapout_threshold),
-                            ("swapin_ahead", k.swapin_ahead),
                             ("swapin_groupby", k.swapin_groupby)):
             if value != AUTO:
                 _warn_once(name, f"{name}={value} {_NOT_YET}")
-        if k.sync_mode != 0:
-            _warn_once("sync_mode", f"sync_mode={k.sync_mode} {_NOT_YET}: copies stay "
-                       "asynchronous, ordered on the GPU")
+        if k.swapin_ahead not in (AUTO, 0):
+            _warn_once("swapin_ahead", f"swapin_ahead={k.swapin_ahead} counts operations in "
+                       "TFLMSv2, while this LMS budgets prefetch in bytes (TF_LMS_CONF="
+                       "swapin_ahead:BYTES, docs/tensorflow-lms.md); accepted and ignored")
         if self._cpu_device != "/cpu:0":
             _warn_once("cpu_device", f"cpu_device={self._cpu_device!r} is ignored: paged-out "
                        "tensors go to TensorFlow's pinned GPU host memory")
