@@ -41,7 +41,8 @@ EXPECTED_FAILURES = {
     "tensorflow-v2.14.1-sim/page-out-does-not-wait-for-compute.patch": {
         "GpuLmsTest.PageOutWaitsForTheComputeStreamAndComputeWaitsForIt"},
     "tensorflow-v2.14.1-sim/page-in-does-not-wait-for-compute.patch": {
-        "GpuLmsTest.PageInWaitsForWorkOnItsChunkAndUsesWaitForThePageIn"},
+        "GpuLmsTest.PageInWaitsForWorkOnItsChunkAndUsesWaitForThePageIn",
+        "GpuLmsTest.RandomKernelSequencesKeepEveryByte"},
     "tensorflow-v2.14.1-sim/host-copy-freed-without-waiting.patch": {
         "GpuLmsTest.HostCopyIsFreedOnlyAfterItsPageOutCopy"},
     # A race, not a gate: which test loses it varies by seed, but one always does.
@@ -64,27 +65,38 @@ EXPECTED_FAILURES = {
     # Prefetch (patch prefetch-in-order-of-use): a guess's first use waits for its copy in; a
     # guess freed or taken back unused is ordered after its copy; the copy waits for kernels
     # queued on its memory; a buffer a kernel holds is never a guess.
-    "tensorflow-v2.14.1-sim/first-use-of-a-guess-does-not-wait.patch": {
-        "GpuLmsPrefetchTest.TheFirstUseOfAGuessWaitsForItsCopy"},
+    # (A race: RACE_WITNESSES says which tests may lose it.)
+    "tensorflow-v2.14.1-sim/first-use-of-a-guess-does-not-wait.patch": set(),
     "tensorflow-v2.14.1-sim/unused-guess-freed-before-its-copy.patch": {
-        "GpuLmsPrefetchTest.AGuessFreedUnusedNeverLandsOnTheMemorysNextOwner",
         "GpuLmsPrefetchTest.ReclaimTakesTheLatestGuessBackWithoutACopy"},
     "tensorflow-v2.14.1-sim/copy-in-ahead-does-not-wait-for-compute.patch": {
-        "GpuLmsPrefetchTest.ACopyInAheadWaitsForTheKernelsQueuedOnItsMemory"},
+        "GpuLmsPrefetchTest.ACopyInAheadWaitsForTheKernelsQueuedOnItsMemory",
+        "GpuLmsTest.RandomKernelSequencesKeepEveryByte"},
     "tensorflow-v2.14.1-sim/guess-of-a-pinned-buffer.patch": {
         "GpuLmsPrefetchTest.AGuessNeverTakesABufferAKernelHolds"},
     # Finding 1 of the second review, back: the CPU mutation of the same fix.
     "tensorflow-v2.14.1/paged-out-chunk-free-at-once.patch": {
         "GpuLmsTimestampedTest.APagedOutChunkWaitsForTheTrackerBeforeAnUnorderedWriter"},
 }
+# Mutations that open a race no gate can hold (the copy in and its first use both wait for the
+# compute stream's same position): under every seed at least one of these tests must lose it.
+# Under seeds 1-5 the fuzzer and the two-GPU test lost it every time, TheFirstUse... four times.
+RACE_WITNESSES = {
+    "tensorflow-v2.14.1-sim/first-use-of-a-guess-does-not-wait.patch": {
+        "GpuLmsPrefetchTest.TheFirstUseOfAGuessWaitsForItsCopy",
+        "GpuLmsTest.EachGpuPagesInAheadOnlyItsOwnBuffers",
+        "GpuLmsTest.RandomKernelSequencesKeepEveryByte"},
+}
 GPU_TESTS = 31
 # Mutations whose missing wait must also make the oversubscription benchmark compute a wrong
 # gradient (its data check bites): each lets a copy and a kernel touch the same chunk at once.
 # (Compute not waiting for a page-out is left out: a page-out now starts at its activation's
 # last use, long before the chunk's next kernel, and the benchmark no longer loses that race.)
+# (A page-in on demand not waiting for compute is left out too: nearly every page-in is now a
+# copy in ahead, whose own mutation is listed; the GPU test and the fuzzer still catch it.)
 BENCH_MUTATIONS = {f"tensorflow-v2.14.1-sim/{name}.patch" for name in (
-    "page-out-does-not-wait-for-compute", "page-in-does-not-wait-for-compute",
-    "copy-in-ahead-does-not-wait-for-compute", "first-use-of-a-guess-does-not-wait")}
+    "page-out-does-not-wait-for-compute", "copy-in-ahead-does-not-wait-for-compute",
+    "first-use-of-a-guess-does-not-wait")}
 
 
 @pytest.fixture(autouse=True)
@@ -236,6 +248,8 @@ def test_a_missing_wait_or_pin_fails_the_gpu_test(verified: tuple[Path, Path],
         assert run.report is not None and run.report.failed > 0, run.problem
         assert "replay: LMS_SIM_DEVICES=2 LMS_SIM_POLL_CLOCK=1 LMS_SIM_SEED=" in run.problem
         assert set(run.report.failures) >= EXPECTED_FAILURES[mutation], run.report.failures
+        if mutation in RACE_WITNESSES:
+            assert set(run.report.failures) & RACE_WITNESSES[mutation], run.report.failures
     if bench is not None:
         assert bench.returncode == 1, bench.stdout + bench.stderr
         assert "1 configuration(s) computed a wrong gradient" in bench.stderr, bench.stderr
