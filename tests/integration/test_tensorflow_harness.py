@@ -62,7 +62,7 @@ REGRESSIONS = {
     "malformed-switch-aborts": ["LmsSwitchTest.ReadsTheEnvironmentAndRejectsMalformedValues"],
     "is-initialized-pages-in": ["LmsTensorTest.IsInitializedDoesNotPageIn"],
     # Prefetch: a guess takes only memory that is free, never pages a buffer out for it (the
-    # mutation drops both the allocator-counter check and the no-reclaim scope).
+    # mutation drops the allocator-counter check and allocates as a page-in, which may reclaim).
     "guesses-reclaim": ["BfcAllocatorLmsPrefetchTest.GuessesTakeOnlyFreeMemory"],
 }
 
