@@ -248,6 +248,8 @@ struct StepTimes {
   int64_t in_bytes = 0;
   int64_t pageouts = 0, pageins = 0;
   int64_t prefetches = 0, prefetch_hits = 0, prefetch_wasted = 0;
+  int64_t pageouts_ahead = 0, pageouts_ahead_used = 0, pageouts_ahead_wasted = 0;
+  int64_t compute_wait_us = 0;  // LMS's own timing of compute's waits for copies
   std::vector<uint32_t> grad;
 };
 
@@ -305,6 +307,12 @@ StepTimes run_loop(const Settings& s, Gpu& gpu, int layers, size_t bytes) {
     times.prefetches = after.num_prefetches - before.num_prefetches;
     times.prefetch_hits = after.num_prefetch_hits - before.num_prefetch_hits;
     times.prefetch_wasted = after.num_prefetch_wasted - before.num_prefetch_wasted;
+    times.pageouts_ahead = after.num_pageouts_ahead - before.num_pageouts_ahead;
+    times.compute_wait_us =
+        after.compute_wait_for_copies_us - before.compute_wait_for_copies_us;
+    times.pageouts_ahead_used = after.num_pageouts_ahead_used - before.num_pageouts_ahead_used;
+    times.pageouts_ahead_wasted =
+        after.num_pageouts_ahead_wasted - before.num_pageouts_ahead_wasted;
     times.pageouts = (after.num_single_reclaims - before.num_single_reclaims) +
                      (after.num_full_reclaims - before.num_full_reclaims);
     if (step >= 0) {
@@ -332,6 +340,10 @@ void write_times(Json& json, const std::string& key, const StepTimes& t) {
   json.field("prefetches_per_step", static_cast<long long>(t.prefetches));
   json.field("prefetch_hits_per_step", static_cast<long long>(t.prefetch_hits));
   json.field("prefetch_wasted_per_step", static_cast<long long>(t.prefetch_wasted));
+  json.field("pageouts_ahead_per_step", static_cast<long long>(t.pageouts_ahead));
+  json.field("compute_wait_ms_per_step", static_cast<double>(t.compute_wait_us) / 1000.0);
+  json.field("pageouts_ahead_used_per_step", static_cast<long long>(t.pageouts_ahead_used));
+  json.field("pageouts_ahead_wasted_per_step", static_cast<long long>(t.pageouts_ahead_wasted));
   json.begin_array("step_samples_ms");
   for (double sample : t.step_ms) json.value(sample);
   json.end_array();

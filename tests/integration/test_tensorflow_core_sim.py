@@ -74,6 +74,18 @@ EXPECTED_FAILURES = {
         "GpuLmsTest.RandomKernelSequencesKeepEveryByte"},
     "tensorflow-v2.14.1-sim/guess-of-a-pinned-buffer.patch": {
         "GpuLmsPrefetchTest.AGuessNeverTakesABufferAKernelHolds"},
+    # Page-outs ahead (patch page-out-ahead): reclaim of a page-out ahead makes the next owner
+    # wait for its copy; the copy waits for the buffer's last kernel; a buffer written after its
+    # page-out ahead started drops that host copy.
+    "tensorflow-v2.14.1-sim/page-out-ahead-reused-before-its-copy.patch": {
+        "GpuLmsPageOutAheadTest.ReclaimOfAPageOutAheadWaitsForItsCopy"},
+    "tensorflow-v2.14.1-sim/page-out-ahead-before-the-last-use.patch": {
+        "GpuLmsPageOutAheadTest.APageOutAheadWaitsForTheBuffersLastKernel"},
+    "tensorflow-v2.14.1-sim/written-buffer-keeps-its-page-out-ahead.patch": {
+        "GpuLmsPageOutAheadTest.ABufferWrittenAfterItsPageOutAheadKeepsItsNewBytes"},
+    # get_lms_stats' compute_wait_for_copies_us (patch copy-wait-time) comes from timing events.
+    "tensorflow-v2.14.1-sim/copy-waits-not-timed.patch": {
+        "GpuLmsTest.TheComputeStreamsWaitsForCopiesAreTimed"},
     # Finding 1 of the second review, back: the CPU mutation of the same fix.
     "tensorflow-v2.14.1/paged-out-chunk-free-at-once.patch": {
         "GpuLmsTimestampedTest.APagedOutChunkWaitsForTheTrackerBeforeAnUnorderedWriter"},
@@ -87,7 +99,7 @@ RACE_WITNESSES = {
         "GpuLmsTest.EachGpuPagesInAheadOnlyItsOwnBuffers",
         "GpuLmsTest.RandomKernelSequencesKeepEveryByte"},
 }
-GPU_TESTS = 31
+GPU_TESTS = 41
 # Mutations whose missing wait must also make the oversubscription benchmark compute a wrong
 # gradient (its data check bites): each lets a copy and a kernel touch the same chunk at once.
 # (Compute not waiting for a page-out is left out: a page-out now starts at its activation's
@@ -150,6 +162,15 @@ def test_the_series_passes_core_sim_under_several_seeds(bundled_verification) ->
             result["settings"]["limit_bytes"], row
         assert row["lms"]["in_bytes_per_step"] == row["lms"]["out_bytes_per_step"], row
         assert row["matches_oracle"] and row["host_reference_mismatches"] == 0
+    # get_lms_stats' compute_wait_for_copies_us accounts for the whole step over the loop without
+    # a limit: compute waits only for copies (virtual time; 1.507 ms of 3.973 at k = 2 when
+    # written). A wait not timed, or one timed twice, breaks the sum.
+    waits, compute_only, steps = (figures["compute_wait_ms"], figures["compute_only_step_ms"],
+                                  figures["lms_step_ms"])
+    assert set(waits) == {"1", "2", "4", "8"}, figures
+    for k, wait in waits.items():
+        assert wait == pytest.approx(steps[k] - compute_only[k], abs=0.02 * steps[k]), (k, figures)
+        assert wait > 0 or k == "1", (k, figures)
     assert "simulated bound efficiency" in sim["detail"]
 
 

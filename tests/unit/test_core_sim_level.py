@@ -174,6 +174,18 @@ def test_simulated_figures_of_the_oversubscription_benchmark() -> None:
     assert figures["lms_step_ms"]["8"] == 32.68
 
 
+def test_simulated_figures_carry_the_waits_lms_timed_beside_the_compute_only_step() -> None:
+    rows = [{"k": 2, "bound_efficiency": 0.903,
+             "lms": {"step_ms": 3.9734, "compute_wait_ms_per_step": 1.507},
+             "oracle": {"step_ms": 2.4659}},
+            {"k": 4, "bound_efficiency": 0.963,  # --no-oracle: nothing to set it beside
+             "lms": {"step_ms": 10.34, "compute_wait_ms_per_step": 5.417}, "oracle": None}]
+    figures = sim_level.simulated_figures({**OVERSUB, "results": rows})
+    assert figures["compute_wait_ms"] == {"2": 1.507}
+    assert figures["compute_only_step_ms"] == {"2": 2.4659}
+    assert "compute_wait_ms" not in sim_level.simulated_figures(OVERSUB)
+
+
 def test_simulated_figures_of_the_copy_benchmark() -> None:
     figures = sim_level.simulated_figures(COPY)
     assert figures["ratio_out"] == {"4096": 0.5, "16777216": 0.5}

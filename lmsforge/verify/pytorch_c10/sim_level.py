@@ -62,6 +62,15 @@ def simulated_figures(data: dict[str, Any]) -> dict[str, Any]:
         figures["bound_efficiency"] = {str(row["k"]): round(row["bound_efficiency"], 4)
                                        for row in rows}
         figures["lms_step_ms"] = {str(row["k"]): round(row["lms"]["step_ms"], 4) for row in rows}
+        # LMS's own statistic of the compute stream's waits for copies, beside what the step
+        # took over the same loop without a limit (the TensorFlow benchmark reports both).
+        timed = [row for row in rows if "compute_wait_ms_per_step" in row["lms"]
+                 and row.get("oracle")]
+        if timed:
+            figures["compute_wait_ms"] = {
+                str(row["k"]): round(row["lms"]["compute_wait_ms_per_step"], 4) for row in timed}
+            figures["compute_only_step_ms"] = {str(row["k"]): round(row["oracle"]["step_ms"], 4)
+                                               for row in timed}
         # With every LMS policy off (the TensorFlow benchmark runs both).
         if any(row.get("on_demand_bound_efficiency") is not None for row in rows):
             figures["on_demand_bound_efficiency"] = {

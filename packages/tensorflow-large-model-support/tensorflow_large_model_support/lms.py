@@ -44,8 +44,8 @@ def _warn_once(knob: str, message: str) -> None:
     warnings.warn(f"[LMS] {message}", LMSWarning, stacklevel=4)
 
 
-_NOT_YET = ("has no allocator setting in this TensorFlow LMS yet (the allocator pages out on "
-            "demand, when memory runs out); accepted and ignored")
+_NOT_YET = ("has no allocator setting in this TensorFlow LMS (it pages tensors in and out "
+            "whole, one at a time); accepted and ignored")
 
 
 def _check_serialization(serialization) -> list:
@@ -163,10 +163,13 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
 
     def _warn_about_knobs(self) -> None:
         k = self.knobs
-        for name, value in (("swapout_threshold", k.swapout_threshold),
-                            ("swapin_groupby", k.swapin_groupby)):
-            if value != AUTO:
-                _warn_once(name, f"{name}={value} {_NOT_YET}")
+        if k.swapin_groupby != AUTO:
+            _warn_once("swapin_groupby", f"swapin_groupby={k.swapin_groupby} {_NOT_YET}")
+        if k.swapout_threshold != AUTO:
+            _warn_once("swapout_threshold", f"swapout_threshold={k.swapout_threshold} counts "
+                       "operations in TFLMSv2, while this LMS pages out ahead of need above a "
+                       "share of GPU memory (TF_LMS_CONF=swapout_threshold:SHARE, "
+                       "docs/tensorflow-lms.md); accepted and ignored")
         if k.swapin_ahead not in (AUTO, 0):
             _warn_once("swapin_ahead", f"swapin_ahead={k.swapin_ahead} counts operations in "
                        "TFLMSv2, while this LMS budgets prefetch in bytes (TF_LMS_CONF="
