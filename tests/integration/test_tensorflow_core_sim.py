@@ -75,10 +75,9 @@ EXPECTED_FAILURES = {
     "tensorflow-v2.14.1-sim/guess-of-a-pinned-buffer.patch": {
         "GpuLmsPrefetchTest.AGuessNeverTakesABufferAKernelHolds"},
     # Page-outs ahead (patch page-out-ahead): reclaim of a page-out ahead makes the next owner
-    # wait for its copy; the copy waits for the buffer's last kernel; a buffer written after its
-    # page-out ahead started drops that host copy.
-    "tensorflow-v2.14.1-sim/page-out-ahead-reused-before-its-copy.patch": {
-        "GpuLmsPageOutAheadTest.ReclaimOfAPageOutAheadWaitsForItsCopy"},
+    # wait for its copy (a race: RACE_WITNESSES); the copy waits for the buffer's last kernel; a
+    # buffer written after its page-out ahead started drops that host copy.
+    "tensorflow-v2.14.1-sim/page-out-ahead-reused-before-its-copy.patch": set(),
     "tensorflow-v2.14.1-sim/page-out-ahead-before-the-last-use.patch": {
         "GpuLmsPageOutAheadTest.APageOutAheadWaitsForTheBuffersLastKernel"},
     "tensorflow-v2.14.1-sim/written-buffer-keeps-its-page-out-ahead.patch": {
@@ -97,6 +96,13 @@ RACE_WITNESSES = {
     "tensorflow-v2.14.1-sim/first-use-of-a-guess-does-not-wait.patch": {
         "GpuLmsPrefetchTest.TheFirstUseOfAGuessWaitsForItsCopy",
         "GpuLmsTest.EachGpuPagesInAheadOnlyItsOwnBuffers",
+        "GpuLmsTest.RandomKernelSequencesKeepEveryByte"},
+    # The copy out and the next owner's write both wait for the compute stream's same position.
+    # ReclaimOfAPageOutAheadWaitsForItsCopy repeats that race six times and lost it under each
+    # of seeds 1-5; the fuzzer lost it under 3 of them.
+    "tensorflow-v2.14.1-sim/page-out-ahead-reused-before-its-copy.patch": {
+        "GpuLmsPageOutAheadTest.ReclaimOfAPageOutAheadWaitsForItsCopy",
+        "GpuLmsPageOutAheadTest.ABufferWrittenAfterItsPageOutAheadKeepsItsNewBytes",
         "GpuLmsTest.RandomKernelSequencesKeepEveryByte"},
 }
 GPU_TESTS = 41
