@@ -105,7 +105,7 @@ RACE_WITNESSES = {
         "GpuLmsPageOutAheadTest.ABufferWrittenAfterItsPageOutAheadKeepsItsNewBytes",
         "GpuLmsTest.RandomKernelSequencesKeepEveryByte"},
 }
-GPU_TESTS = 41
+GPU_TESTS = 43
 # Mutations whose missing wait must also make the oversubscription benchmark compute a wrong
 # gradient (its data check bites): each lets a copy and a kernel touch the same chunk at once.
 # (Compute not waiting for a page-out is left out: a page-out now starts at its activation's
