@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lmsforge.errors import CheckFailed
-from lmsforge.plan import replay, tune
+from lmsforge.plan import bound, replay, tune
 from lmsforge.plan.profiles import Profile
 from lmsforge.plan.trace_format import Trace
 
@@ -96,6 +96,12 @@ class Plan:
         return max(self.compute_ms, run.bytes_out / self.gpu.d2h_bytes_per_s * 1e3,
                    run.bytes_in / self.gpu.h2d_bytes_per_s * 1e3)
 
+    def least_ms(self, run: replay.Replayed) -> float:
+        """The least any schedule of the step can take under RUN's limit, with the least
+        traffic: page-outs before the peak, page-ins after it (lmsforge/plan/bound.py)."""
+        return max(self.compute_ms, bound.least_step_ms(
+            self.trace, self.gpu, run.lms_limit, replay.first_step_only(self.trace)))
+
 
 def make_plan(trace: Trace, gpu: Profile, program: Path, work: Path, *,
               device_memory: int | None = None, search: bool = True,
@@ -171,7 +177,9 @@ def answer_lines(plan: Plan) -> list[str]:
              f"compute-only ({plan.compute_ms:.1f} ms), {moved / GIB:.2f} GiB moved per step",
              f"  without LMS it needs {gib(without.peak_allocated)} (peak allocated); LMS limit "
              f"{gib(run.lms_limit)}, peak {gib(run.peak_allocated)} allocated; bandwidth bound "
-             f"{plan.bound_ms(run):.1f} ms (efficiency {plan.bound_ms(run) / run.step_ms:.2f})"]
+             f"{plan.bound_ms(run):.1f} ms (efficiency {plan.bound_ms(run) / run.step_ms:.2f}); "
+             f"least any schedule takes under the limit {plan.least_ms(run):.1f} ms "
+             f"(efficiency {plan.least_ms(run) / run.step_ms:.2f})"]
     s = run.stats
     lines.append(f"  LMS per step (memory_stats()): {s.get('reclaimed', 0)} page-outs "
                  f"({s.get('clean_reclaims', 0)} clean, {s.get('paged_out_ahead', 0)} ahead of "
@@ -195,6 +203,9 @@ def run_json(plan: Plan, run: replay.Replayed) -> dict[str, object]:
             "peak_allocated_bytes": run.peak_allocated,
             "peak_reserved_bytes": run.peak_reserved, "lms_limit_bytes": run.lms_limit,
             "bound_ms": round(plan.bound_ms(run), 4) if run.completed else None,
+            # Only LMS has a limit to be the least under.
+            "least_time_ms": round(plan.least_ms(run), 4) if run.completed and run.alloc_conf
+            else None,
             "memory_stats": run.stats}
 
 

@@ -177,6 +177,28 @@ def test_the_series_passes_every_level_to_core_sim_under_several_seeds(
     # A page-out moves the bytes a raw copy moves: faster means it copied nothing (the benchmark's
     # storages must be written between repeats, or clean reclaim skips their copies).
     assert all(ratio <= 1.05 for ratio in ratios.values()), ratios
+    # The model-level benchmarks (issue 31): three models traced with PyTorch and replayed
+    # through this series' allocator under a half and a quarter of their peak, every replay's
+    # data checked under the simulator's delays (a wrong byte fails the level). No step beats
+    # the least any schedule can take, and none beats compute alone.
+    models = sim["facts"]["model_benchmarks"]
+    assert models["simulated"] is True and "SIMULATED" in models["timing"]
+    assert [m["model"] for m in models["models"]] == ["resnet50", "unet3d", "gpt2-medium"]
+    for model in models["models"]:
+        assert [row["fraction"] for row in model["limits"]] == ["1/2", "1/4"]
+        for row in model["limits"]:
+            assert row["limit_bytes"] == model["peak_without_lms_bytes"] // int(
+                row["fraction"][2:])
+            if not row["completed"]:
+                assert row["verdict"] == "does-not-fit" and row["largest_operator"]["bytes"] > 0
+                continue
+            assert row["step_ms"] >= row["least_time_ms"] >= model["compute_only_ms"] > 0
+            assert 0 < row["least_time_efficiency"] <= 1 and 0 < row["bound_efficiency"] <= 1
+            assert row["bytes_out"] > 0 and row["bytes_in"] > 0
+            assert row["peak_allocated_bytes"] <= row["limit_bytes"] + (64 << 20)
+    # The activation-dominated ResNet-50 fits at both limits.
+    assert all(row["completed"] for row in models["models"][0]["limits"])
+    assert "models' least-time efficiency (simulated) resnet50 1/2 " in sim["detail"]
 
 
 @pytest.fixture(scope="module")

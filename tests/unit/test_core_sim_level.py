@@ -252,3 +252,29 @@ def test_a_run_of_some_tests_fails_the_level_when_one_fails() -> None:
                              only=("A.B", "A.C"))
     assert result.status == FAIL
     assert "replay: " in result.detail and "--gtest_filter=A.B" in result.detail
+
+
+def test_model_benchmarks_are_in_the_report_and_their_summary_in_the_detail() -> None:
+    benches = [sim_level.BenchRun("oversubscription", "", Path("/w/o.json"), 6.0,
+                                  sim_level.simulated_figures(OVERSUB))]
+    models = {"simulated": True, "models": [], "summary": "resnet50 1/2 0.50 1/4 0.35"}
+    result = sim_level.judge([_seed(1)], benches, BUILT, "log", models=models)
+    assert result.status == PASS
+    assert ("; models' least-time efficiency (simulated) resnet50 1/2 0.50 1/4 0.35 (simulated "
+            "CUDA runtime, not a GPU result)") in result.detail
+    assert result.facts["model_benchmarks"] is models
+
+
+def test_a_model_benchmark_that_failed_fails_the_level() -> None:
+    benches = [sim_level.BenchRun("oversubscription", "", Path("/w/o.json"), 6.0,
+                                  sim_level.simulated_figures(OVERSUB))]
+    models = {"problem": "the replay (lms:True) found wrong data: storage 7"}
+    result = sim_level.judge([_seed(1)], benches, BUILT, "log", models=models)
+    assert (result.status, result.detail) == (
+        FAIL, "model benchmarks: the replay (lms:True) found wrong data: storage 7")
+
+
+def test_model_benchmarks_run_for_the_planner_series_only() -> None:
+    assert "v2.6.0 series' c10 API, not v1.13.1's" in \
+        sim_level.model_benchmarks_unavailable("v1.13.1")
+    assert sim_level.model_benchmarks_unavailable("v2.6.0") == ""  # torch: the test extra

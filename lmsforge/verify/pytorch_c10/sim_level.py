@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
-from lmsforge.errors import UsageError
+from lmsforge.errors import CheckFailed, UsageError
 from lmsforge.verify.levels import (FAIL, PASS, SKIPPED, LevelContext,
                                     LevelResult, Timer)
-from lmsforge.verify.pytorch_c10 import build, sim_seeds
+from lmsforge.verify.pytorch_c10 import build, plan_build, sim_seeds
 from lmsforge.verify.pytorch_c10.process import run_logged
 from lmsforge.verify.pytorch_c10.sim_seeds import SeedRun
 
@@ -170,7 +170,10 @@ def run(ctx: LevelContext, build_dir: Path,
                                                "the tree; a level never passes without tests")
     no_benchmarks = build.benchmarks_unavailable(ctx.tree)
     benchmarks = () if no_benchmarks or ctx.sim_tests else BENCHMARKS
-    targets = [*build.SIM_LIBRARIES, suite.target, *(program for program, _ in benchmarks)]
+    no_models = "" if benchmarks else "the benchmarks do not run"
+    no_models = no_models or model_benchmarks_unavailable(ctx.tag)
+    targets = [*build.SIM_LIBRARIES, suite.target, *(program for program, _ in benchmarks),
+               *([] if no_models else [build.PLAN_REPLAY])]
     ctx.say(f"{LEVEL}: building {', '.join(targets[1:])} against the simulated CUDA runtime")
     built = build_targets(targets)
     binary = build_dir / suite.target
@@ -185,18 +188,57 @@ def run(ctx: LevelContext, build_dir: Path,
         ctx.say(f"{LEVEL}: {program} --short")
         bench_runs.append(run_benchmark(build_dir / "bench" / program, name, seeds[0],
                                         ctx.work_dir))
+    models: dict[str, Any] = {"skipped": no_models} if no_models else {}
+    if bench_runs and not no_models and not any(run.problem for run in bench_runs):
+        models = run_model_benchmarks(build_dir / "plan" / build.PLAN_REPLAY,
+                                      ctx.work_dir / "models", ctx.say)
+    elif no_models and benchmarks:
+        ctx.say(f"{LEVEL}: model benchmarks skipped: {no_models}")
     return judge(runs, bench_runs, built, log=str(built.log), no_benchmarks=no_benchmarks,
-                 only=ctx.sim_tests)
+                 only=ctx.sim_tests, models=models)
+
+
+def model_benchmarks_unavailable(tag: str) -> str:
+    """Why the model-level benchmarks (lmsforge/plan/model_bench.py) cannot run for TAG, or
+    "": they trace with PyTorch (the `plan` extra) and replay with the planner's program, which
+    follows the v2.6.0 series' c10 API."""
+    if tag != plan_build.TAG:
+        return f"the planner's replay follows the {plan_build.TAG} series' c10 API, not {tag}'s"
+    try:
+        import torch  # noqa: F401  (the `plan` extra; lmsforge itself does not need it)
+    except ImportError:
+        return "PyTorch is not installed (python3 -m pip install 'lmsforge[plan]')"
+    return ""
+
+
+def run_model_benchmarks(program: Path, work: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """The model-level report, or {"problem": ...} when a model could not be traced or
+    replayed, or a replay found wrong data."""
+    from lmsforge.plan import model_bench
+    problem = ""
+    report: dict[str, Any] = {}
+    with Timer() as timer:
+        try:
+            report = model_bench.run_all(program, work, say)
+        except (CheckFailed, UsageError) as err:
+            problem = str(err)
+    if problem:
+        return {"problem": problem, "seconds": round(timer.seconds, 1)}
+    report["seconds"] = round(timer.seconds, 1)
+    report["summary"] = model_bench.summary(report)
+    return report
 
 
 def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.BuildResult,
-          log: str, no_benchmarks: str = "", only: Sequence[str] = ()) -> LevelResult:
+          log: str, no_benchmarks: str = "", only: Sequence[str] = (),
+          models: dict[str, Any] | None = None) -> LevelResult:
     """PASS only when every seed ran every test and passed, and every benchmark checked its
     data; a failure names the first failing seed and how to replay it. A run of ONLY some
     tests that all passed is no pass of the level: it is reported skipped, with why."""
     facts: dict[str, object] = {
         "simulated": True, "gpu": False, "seeds": [run.to_json() for run in runs],
         "benchmarks": {run.name: run.to_json() for run in bench_runs},
+        "model_benchmarks": models or {},
         "tus_compiled": built.tus, "build_seconds": round(built.seconds, 1),
         "test_seconds": round(sum(run.seconds for run in runs), 1)}
     failure = sim_seeds.seeds_failed(runs, facts, log)
@@ -206,6 +248,9 @@ def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.
     if bench_failed:
         return LevelResult(LEVEL, FAIL, facts=facts, log=log,
                            detail=f"benchmark {bench_failed[0].name}: {bench_failed[0].problem}")
+    if models and models.get("problem"):
+        return LevelResult(LEVEL, FAIL, facts=facts, log=log,
+                           detail=f"model benchmarks: {models['problem']}")
     passed = runs[0].report.passed if runs[0].report else 0
     if only:
         return LevelResult(LEVEL, SKIPPED, facts=facts, log=log,
@@ -220,6 +265,8 @@ def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.
         if efficiency:
             values = " ".join(f"{value:.2f}" for value in efficiency.values())
             detail += f"; simulated bound efficiency {values} at k = {' '.join(efficiency)}"
+        if models and models.get("summary"):
+            detail += f"; models' least-time efficiency (simulated) {models['summary']}"
     else:
         detail += f"; benchmarks not built: {no_benchmarks}"
         facts["benchmarks_not_built"] = no_benchmarks

@@ -1,0 +1,120 @@
+"""Model-level benchmarks of LMS at `core-sim` (issue 31, item 5): three real model shapes,
+traced on fake tensors and replayed through the series' allocator and LMS on the simulator,
+each under limits of a half and a quarter of its peak without LMS.
+
+The synthetic oversubscription benchmark is a stack of identical layers; these are the shapes
+the field measures on: an activation-dominated ResNet-50 and 3D U-Net, and a GPT-2-medium-sized
+transformer with AdamW, whose optimizer state weighs as much as its activations. Sizes are
+kept small enough for CI (a few GiB each, seconds per replay); what they report is scale-free
+to first order (bytes and FLOPs per activation grow together with the image).
+
+Per model and limit the report gives the step with LMS's defaults, the compute-only step, the
+bytes moved, and two efficiencies, both SIMULATED (roofline kernel times, the simulator's
+calibrated link at the profile's rates):
+
+- `bound_efficiency`: the planner's bandwidth bound over the step: compute or this run's
+  bytes one direction at a time, whichever is longest (copies overlapping everything);
+- `least_time_efficiency`: bound.least_step_ms over the step: the least any schedule of the
+  step can take under the limit, with the least traffic (page-outs before the peak, page-ins
+  after it).
+
+A limit under which the step's largest operator cannot run is reported as not fitting, with the
+operator; wrong data in any replay is an error (replay.run raises).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from lmsforge.errors import CheckFailed
+from lmsforge.plan import bound, planner, profiles, replay, spec, trace
+
+GPU = "h100-pcie"
+# (model, one sample's shape, batch): the planner's built-in models at CI sizes.
+MODELS = (("resnet50", "3x512x512", 8),
+          ("unet3d", "1x128x128x128", 2),
+          ("gpt2-medium", "1024", 4))
+FRACTIONS = (2, 4)  # limits: the peak without LMS over these
+ALLOC_CONF = "lms:True"  # the defaults a user gets
+SEED = 1  # the simulator's adversarial delays on: a missing wait shows as wrong data
+GIB = 1 << 30
+
+
+def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
+              gpu: profiles.Profile) -> dict[str, object]:
+    """One model's figures: its peak without LMS and a row per limit."""
+    step = spec.resolve(name, sample, batch, None)
+    traced = trace.trace_step(*step.step_args(), model_name=step.name, input_desc=step.input,
+                              batch=step.batch, dtype="float32", profiles=[gpu.name])
+    work.mkdir(parents=True, exist_ok=True)
+    script = work / "replay.txt"
+    replay.write_script(traced, gpu.name, script)
+    calibration = work / "calibration.txt"
+    calibration.write_text(replay.calibration_text(gpu))
+    room = 2 * traced.steady_peak_bytes() + planner.ROOM_BYTES
+    without = replay.run(program, script, work, device_memory=room, calibration=calibration,
+                         alloc_conf="", name="without-lms", seed=SEED)
+    if not without.completed:
+        raise CheckFailed(f"{name}: the replay without LMS ran out of memory on "
+                                  f"{room / GIB:.1f} GiB ({without.oom})")
+    peak = without.peak_allocated
+    largest = planner.largest_operator(traced)
+    once = replay.first_step_only(traced)
+    rows = []
+    for fraction in FRACTIONS:
+        limit = peak // fraction
+        conf = f"{ALLOC_CONF},lms_limit:{limit}"
+        run = replay.run(program, script, work, device_memory=room, calibration=calibration,
+                         alloc_conf=conf, name=f"lms-1of{fraction}", seed=SEED)
+        row: dict[str, object] = {"fraction": f"1/{fraction}", "limit_bytes": limit,
+                                  "completed": run.completed}
+        if not run.completed:
+            row.update(verdict="does-not-fit", oom=run.oom,
+                       largest_operator={"bytes": largest.bytes, "name": largest.name})
+            rows.append(row)
+            continue
+        overlapped = max(without.step_ms, run.bytes_out / gpu.d2h_bytes_per_s * 1e3,
+                         run.bytes_in / gpu.h2d_bytes_per_s * 1e3)
+        least = max(without.step_ms, bound.least_step_ms(traced, gpu, limit, once))
+        stats = run.stats
+        row.update(verdict="fits-with-lms", step_ms=round(run.step_ms, 3),
+                   step_over_compute=round(run.step_ms / without.step_ms, 3),
+                   bytes_out=run.bytes_out, bytes_in=run.bytes_in,
+                   bound_ms=round(overlapped, 3),
+                   bound_efficiency=round(overlapped / run.step_ms, 4),
+                   least_time_ms=round(least, 3),
+                   least_time_efficiency=round(least / run.step_ms, 4),
+                   peak_allocated_bytes=run.peak_allocated,
+                   memory_stats={key: stats.get(key, 0) for key in (
+                       "reclaimed", "paged_in", "paged_out_ahead", "page_out_waits",
+                       "clean_reclaims", "prefetched", "prefetch_hits", "prefetch_misses",
+                       "prefetch_wasted", "page_in_wait_us")})
+        rows.append(row)
+    return {"model": name, "input": step.input, "batch": step.batch,
+            "operators": len(traced.ops), "peak_without_lms_bytes": peak,
+            "compute_only_ms": round(without.step_ms, 3), "limits": rows}
+
+
+def run_all(program: Path, work: Path, say: Callable[[str], None]) -> dict[str, object]:
+    """Every model of MODELS on GPU's profile; PROGRAM is the replay (lms_plan_replay_sim)."""
+    gpu = profiles.profile(GPU)
+    models = []
+    for name, sample, batch in MODELS:
+        say(f"model benchmark: {name} {sample} batch {batch}, limits "
+            f"{', '.join(f'1/{f}' for f in FRACTIONS)} of its peak (simulated {gpu.name})")
+        models.append(run_model(name, sample, batch, program, work / name, gpu))
+    return {"simulated": True, "gpu": gpu.name, "alloc_conf": ALLOC_CONF,
+            "timing": "SIMULATED: roofline kernel times, the simulator's calibrated link at "
+                      "the profile's rates; not a GPU measurement",
+            "models": models}
+
+
+def summary(report: dict[str, object]) -> str:
+    """One line: the least-time efficiency per model and limit ('-' where it does not fit)."""
+    parts = []
+    for model in report["models"]:  # type: ignore[union-attr]
+        cells = [f"{row['fraction']} {row['least_time_efficiency']:.2f}"
+                 if row["completed"] else f"{row['fraction']} -" for row in model["limits"]]
+        parts.append(f"{model['model']} {' '.join(cells)}")
+    return "; ".join(parts)
