@@ -56,3 +56,13 @@ def test_a_lower_limit_never_lowers_the_bound():
 def test_operators_of_the_first_step_only_are_not_counted():
     trace = chain(2, 1000)
     assert bound.least_step_ms(trace, GPU, 2000, {0}) == pytest.approx(3.0)
+
+
+def test_persistent_storages_count_for_neither_direction():
+    # A parameter of 100000 B that every operator reads: a schedule may page it out in one
+    # step and in during the next, so only the activations' excess is bound to this step.
+    trace = chain(4, 10_000)
+    trace.initial = [Storage(0, 100_000, "param")]
+    for op in trace.ops:
+        op.reads = sorted(set(op.reads) | {0})
+    assert bound.least_step_ms(trace, GPU, 20_000, set()) == pytest.approx(30.0)
