@@ -97,6 +97,9 @@ class Replayed:
     allocated_after_op: list[int] = field(default_factory=list)
     reserved_after_op: list[int] = field(default_factory=list)
     data_ok: bool = True
+    # Every replayed step's time and memory_stats() figures, the first (warm-up) included.
+    step_ms_each: list[float] = field(default_factory=list)
+    stats_each: list[dict[str, int]] = field(default_factory=list)
 
     @property
     def bytes_out(self) -> int:
@@ -125,7 +128,9 @@ def parse_result(data: dict, alloc_conf: str) -> Replayed:
                     step_ms=float(last["step_ms"]), stats=dict(last["memory_stats"]),
                     allocated_after_op=[int(v) for v in data.get("allocated_after_op", [])],
                     reserved_after_op=[int(v) for v in data.get("reserved_after_op", [])],
-                    data_ok=bool(data["data_ok"]))
+                    data_ok=bool(data["data_ok"]),
+                    step_ms_each=[float(step["step_ms"]) for step in steps],
+                    stats_each=[dict(step["memory_stats"]) for step in steps])
 
 
 def sim_env(device_memory: int, calibration: Path, alloc_conf: str,
@@ -144,16 +149,16 @@ def sim_env(device_memory: int, calibration: Path, alloc_conf: str,
 
 
 def run(program: Path, script: Path, work: Path, *, device_memory: int, calibration: Path,
-        alloc_conf: str, name: str, seed: int = 0) -> Replayed:
-    """One replay of SCRIPT on a device of DEVICE_MEMORY bytes with PYTORCH_CUDA_ALLOC_CONF set
-    to ALLOC_CONF; its JSON and log are WORK/NAME.json and .log."""
+        alloc_conf: str, name: str, seed: int = 0, steps: int = STEPS) -> Replayed:
+    """One replay of SCRIPT's step STEPS times on a device of DEVICE_MEMORY bytes with
+    PYTORCH_CUDA_ALLOC_CONF set to ALLOC_CONF; its JSON and log are WORK/NAME.json and .log."""
     out = work / f"{name}.json"
     log = work / f"{name}.log"
     out.unlink(missing_ok=True)
     with log.open("w") as sink:
         try:
             proc = subprocess.run([str(program), "--script", str(script), "--out", str(out),
-                                   "--steps", str(STEPS)], stdout=sink, stderr=subprocess.STDOUT,
+                                   "--steps", str(steps)], stdout=sink, stderr=subprocess.STDOUT,
                                   env=sim_env(device_memory, calibration, alloc_conf, seed),
                                   timeout=REPLAY_TIMEOUT_S)
         except subprocess.TimeoutExpired:
