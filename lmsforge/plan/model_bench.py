@@ -8,10 +8,10 @@ transformer with AdamW, whose optimizer state weighs as much as its activations.
 kept small enough for CI (a few GiB each, seconds per replay); what they report is scale-free
 to first order (bytes and FLOPs per activation grow together with the image).
 
-Per model and limit the report gives the step with LMS's defaults (the median of five after
-a warm-up step, with that step's bytes and statistics), the compute-only step, the bytes moved,
-and two efficiencies, both SIMULATED (roofline kernel times, the simulator's calibrated link at
-the profile's rates):
+Per model and limit the report gives the step with LMS's defaults (replay.reported_step: the
+median of five after a warm-up step, with that step's bytes and statistics), the compute-only
+step, the bytes moved, and two efficiencies, both SIMULATED (roofline kernel times, the
+simulator's calibrated link at the profile's rates):
 
 - `bound_efficiency`: the planner's bandwidth bound over the step: compute or this run's
   bytes one direction at a time, whichever is longest (copies overlapping everything);
@@ -39,11 +39,6 @@ MODELS = (("resnet50", "3x512x512", 8),
 FRACTIONS = (2, 4)  # limits: the peak without LMS over these
 ALLOC_CONF = "lms:True"  # the defaults a user gets
 SEED = 1  # the simulator's adversarial delays on: a missing wait shows as wrong data
-# Steps replayed with LMS: the first warms LMS up (the order of use, the mark, the pinned
-# pool); the others differ by up to a sixth from one to the next (LMS's state after a step is
-# not the state before it), so the median of them is reported, as the synthetic benchmark
-# reports the median of its timed steps.
-STEPS = 6
 GIB = 1 << 30
 
 
@@ -72,7 +67,7 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
         limit = peak // fraction
         conf = f"{ALLOC_CONF},lms_limit:{limit}"
         run = replay.run(program, script, work, device_memory=room, calibration=calibration,
-                         alloc_conf=conf, name=f"lms-1of{fraction}", seed=SEED, steps=STEPS)
+                         alloc_conf=conf, name=f"lms-1of{fraction}", seed=SEED)
         row: dict[str, object] = {"fraction": f"1/{fraction}", "limit_bytes": limit,
                                   "completed": run.completed}
         if not run.completed:
@@ -80,9 +75,8 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
                        largest_operator={"bytes": largest.bytes, "name": largest.name})
             rows.append(row)
             continue
-        step_ms, stats = median_step(run)
-        bytes_out = stats.get("reclaimed_bytes", 0) - stats.get("clean_reclaimed_bytes", 0)
-        bytes_in = stats.get("paged_in_bytes", 0)
+        step_ms, stats = run.step_ms, run.stats  # replay.reported_step: a median
+        bytes_out, bytes_in = run.bytes_out, run.bytes_in
         overlapped = max(without.step_ms, bytes_out / gpu.d2h_bytes_per_s * 1e3,
                          bytes_in / gpu.h2d_bytes_per_s * 1e3)
         least = max(without.step_ms, bound.least_step_ms(traced, gpu, limit, once))
@@ -104,16 +98,6 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
     return {"model": name, "input": step.input, "batch": step.batch,
             "operators": len(traced.ops), "peak_without_lms_bytes": peak,
             "compute_only_ms": round(without.step_ms, 3), "limits": rows}
-
-
-def median_step(run: replay.Replayed) -> tuple[float, dict[str, int]]:
-    """The median of the steps after the first (the lower one of an even count), with that
-    step's memory_stats() figures."""
-    timed = sorted(zip(run.step_ms_each[1:], run.stats_each[1:]), key=lambda pair: pair[0])
-    if not timed:
-        raise CheckFailed("the replay reported no step after its warm-up")
-    ms, stats = timed[(len(timed) - 1) // 2]
-    return ms, stats
 
 
 def run_all(program: Path, work: Path, say: Callable[[str], None]) -> dict[str, object]:

@@ -20,9 +20,10 @@ from lmsforge.plan.profiles import Profile
 from lmsforge.plan.trace_format import Trace
 
 SCRIPT_HEADER = "lmsforge-replay 1"
-# A warm-up step teaches LMS the order of use (prefetch, the adaptive mark); the second is
-# the one a training loop repeats, and the one reported.
-STEPS = 2
+# A warm-up step teaches LMS the order of use (prefetch, the adaptive mark); the steps after
+# it are what a training loop repeats. They differ by up to a sixth from one to the next (LMS's
+# state after a step is not the state before it), so the median of five is reported.
+STEPS = 6
 # Host memory is no limit in the replay (a GPU host has hundreds of GiB); under sparse data
 # the simulator's pinned memory costs this host next to nothing.
 PINNED_MEMORY = 1 << 40
@@ -92,7 +93,7 @@ class Replayed:
     oom: str  # where an allocation failed, when not completed
     oom_op: int
     lms_limit: int
-    step_ms: float  # the reported (last) step, virtual time
+    step_ms: float  # the reported step (reported_step), virtual time
     stats: dict[str, int]  # that step's memory_stats() figures
     allocated_after_op: list[int] = field(default_factory=list)
     reserved_after_op: list[int] = field(default_factory=list)
@@ -119,9 +120,18 @@ class Replayed:
         return self.stats.get("reserved_bytes.all.peak", 0)
 
 
+def reported_step(steps: list[dict]) -> dict:
+    """The step a replay reports: the median by time of those after the first (the lower of
+    an even count), the only one when there is one."""
+    if not steps:
+        return {"step_ms": 0.0, "memory_stats": {}}
+    timed = sorted(steps[1:] or steps, key=lambda step: float(step["step_ms"]))
+    return timed[(len(timed) - 1) // 2]
+
+
 def parse_result(data: dict, alloc_conf: str) -> Replayed:
     steps = data.get("steps") or []
-    last = steps[-1] if steps else {"step_ms": 0.0, "memory_stats": {}}
+    last = reported_step(steps)
     return Replayed(alloc_conf=alloc_conf, device_memory=int(data["device_memory_bytes"]),
                     completed=bool(data["completed"]), oom=data.get("oom", ""),
                     oom_op=int(data.get("oom_op", -1)), lms_limit=int(data["lms_limit_bytes"]),
