@@ -509,7 +509,8 @@ int run(int argc, char** argv) {
             "LMS and its settings come from PYTORCH_CUDA_ALLOC_CONF, as for a user.");
   args.option("script", "", "replay script to read (required)");
   args.option("out", "", "JSON file to write (required)");
-  args.option("steps", "2", "steps to replay; the last is reported, the others warm LMS up");
+  args.option("steps", "2",
+              "steps to replay, each reported (lmsforge reports the median after the first)");
   if (!args.parse(argc, argv)) {
     return kExitOk;
   }
