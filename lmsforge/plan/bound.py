@@ -28,6 +28,7 @@ loose for a model whose optimizer state must move: GPT-2 with AdamW).
 
 from __future__ import annotations
 
+from lmsforge.plan import replay
 from lmsforge.plan.profiles import Profile
 from lmsforge.plan.trace_format import Op, Trace
 
@@ -41,18 +42,14 @@ def least_step_ms(trace: Trace, gpu: Profile, limit: int, first_step_only: set[i
     """The least any schedule of TRACE's steady step can take with LIMIT bytes of device
     memory (module docstring), in milliseconds of the roofline's clock."""
     ops = steady_ops(trace, first_step_only)
-    kept: dict[int, int] = {}  # allocated and never freed: alive from a steady step's start
-    for op in trace.ops:
-        kept.update({sid: nbytes for sid, nbytes in op.allocs})
-        for sid in op.frees:
-            kept.pop(sid, None)
     durations = [op.duration_us.get(gpu.name, 0.0) / 1e3 for op in ops]
     # The last operator that reads each storage: one only written later needs no page-in.
     last_read: dict[int, int] = {}
     for index, op in enumerate(ops):
         for sid in op.reads:
             last_read[sid] = index
-    persistent = {s.id for s in trace.initial} | set(kept)
+    # Alive from a steady step's start: the initial storages and the optimizer state.
+    persistent = {s.id for s in trace.initial} | replay.kept_storages(trace)
     transient: dict[int, int] = {}
     transient_live = 0
     # Bytes of transient storages alive now that an operator after the current one reads.

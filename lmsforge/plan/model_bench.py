@@ -15,9 +15,9 @@ simulator's calibrated link at the profile's rates):
 
 - `bound_efficiency`: the planner's bandwidth bound over the step: compute or this run's
   bytes one direction at a time, whichever is longest (copies overlapping everything);
-- `least_time_efficiency`: bound.least_step_ms over the step: the least any schedule of the
-  step can take under the limit, with the least traffic (page-outs before the peak, page-ins
-  after it).
+- `least_time_efficiency`: planner.Plan.least_ms (bound.least_step_ms) over the step: the
+  least any schedule of the step can take under the limit, with the least traffic (page-outs
+  before the peak, page-ins after it).
 
 A limit under which the step's largest operator cannot run is reported as not fitting, with the
 operator; wrong data in any replay is an error (replay.run raises).
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lmsforge.errors import CheckFailed
-from lmsforge.plan import bound, planner, profiles, replay, spec, trace
+from lmsforge.plan import planner, profiles, replay, spec, trace
 
 GPU = "h100-pcie"
 # (model, one sample's shape, batch): the planner's built-in models at CI sizes.
@@ -48,20 +48,17 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
     step = spec.resolve(name, sample, batch, None)
     traced = trace.trace_step(*step.step_args(), model_name=step.name, input_desc=step.input,
                               batch=step.batch, dtype="float32", profiles=[gpu.name])
-    work.mkdir(parents=True, exist_ok=True)
-    script = work / "replay.txt"
-    replay.write_script(traced, gpu.name, script)
-    calibration = work / "calibration.txt"
-    calibration.write_text(replay.calibration_text(gpu))
+    script, calibration = planner.replay_inputs(traced, gpu, work)
     room = 2 * traced.steady_peak_bytes() + planner.ROOM_BYTES
     without = replay.run(program, script, work, device_memory=room, calibration=calibration,
                          alloc_conf="", name="without-lms", seed=SEED)
     if not without.completed:
         raise CheckFailed(f"{name}: the replay without LMS ran out of memory on "
-                                  f"{room / GIB:.1f} GiB ({without.oom})")
+                          f"{room / GIB:.1f} GiB ({without.oom})")
     peak = without.peak_allocated
     largest = planner.largest_operator(traced)
-    once = replay.first_step_only(traced)
+    # The planner's bounds of a step on this device (plan.bound_ms, plan.least_ms).
+    plan = planner.Plan(traced, gpu, room, largest, without, None)
     rows = []
     for fraction in FRACTIONS:
         limit = peak // fraction
@@ -75,22 +72,19 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
                        largest_operator={"bytes": largest.bytes, "name": largest.name})
             rows.append(row)
             continue
-        step_ms, stats = run.step_ms, run.stats  # replay.reported_step: a median
-        bytes_out, bytes_in = run.bytes_out, run.bytes_in
-        overlapped = max(without.step_ms, bytes_out / gpu.d2h_bytes_per_s * 1e3,
-                         bytes_in / gpu.h2d_bytes_per_s * 1e3)
-        least = max(without.step_ms, bound.least_step_ms(traced, gpu, limit, once))
-        row.update(verdict="fits-with-lms", step_ms=round(step_ms, 3),
+        # run.step_ms and run.stats: the median step after the warm-up (replay.reported_step).
+        overlapped, least = plan.bound_ms(run), plan.least_ms(run)
+        row.update(verdict="fits-with-lms", step_ms=round(run.step_ms, 3),
                    step_ms_each=[round(ms, 3) for ms in run.step_ms_each],
-                   step_over_compute=round(step_ms / without.step_ms, 3),
-                   bytes_out=bytes_out, bytes_in=bytes_in,
+                   step_over_compute=round(run.step_ms / without.step_ms, 3),
+                   bytes_out=run.bytes_out, bytes_in=run.bytes_in,
                    bound_ms=round(overlapped, 3),
-                   bound_efficiency=round(overlapped / step_ms, 4),
+                   bound_efficiency=round(overlapped / run.step_ms, 4),
                    least_time_ms=round(least, 3),
-                   least_time_efficiency=round(least / step_ms, 4),
+                   least_time_efficiency=round(least / run.step_ms, 4),
                    peak_allocated_bytes=max(s.get("allocated_bytes.all.peak", 0)
                                             for s in run.stats_each),
-                   memory_stats={key: stats.get(key, 0) for key in (
+                   memory_stats={key: run.stats.get(key, 0) for key in (
                        "reclaimed", "paged_in", "paged_out_ahead", "page_out_waits",
                        "clean_reclaims", "prefetched", "prefetch_hits", "prefetch_misses",
                        "prefetch_wasted", "page_in_wait_us")})

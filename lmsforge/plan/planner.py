@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from lmsforge.errors import CheckFailed
@@ -96,11 +97,26 @@ class Plan:
         return max(self.compute_ms, run.bytes_out / self.gpu.d2h_bytes_per_s * 1e3,
                    run.bytes_in / self.gpu.h2d_bytes_per_s * 1e3)
 
+    @cached_property
+    def first_step_only(self) -> set[int]:
+        return replay.first_step_only(self.trace)
+
     def least_ms(self, run: replay.Replayed) -> float:
         """The least any schedule of the step can take under RUN's limit, with the least
         traffic: page-outs before the peak, page-ins after it (lmsforge/plan/bound.py)."""
         return max(self.compute_ms, bound.least_step_ms(
-            self.trace, self.gpu, run.lms_limit, replay.first_step_only(self.trace)))
+            self.trace, self.gpu, run.lms_limit, self.first_step_only))
+
+
+def replay_inputs(trace: Trace, gpu: Profile, work: Path) -> tuple[Path, Path]:
+    """The replay script of TRACE for GPU and the simulator's calibration for its link, written
+    in WORK: what every replay of one plan reads."""
+    work.mkdir(parents=True, exist_ok=True)
+    script = work / "replay.txt"
+    replay.write_script(trace, gpu.name, script)
+    calibration = work / "calibration.txt"
+    calibration.write_text(replay.calibration_text(gpu))
+    return script, calibration
 
 
 def make_plan(trace: Trace, gpu: Profile, program: Path, work: Path, *,
@@ -109,10 +125,7 @@ def make_plan(trace: Trace, gpu: Profile, program: Path, work: Path, *,
     """Replay TRACE with PROGRAM (lms_plan_replay_sim) as the module docstring says; WORK holds
     the replay script, the calibration file and each run's JSON and log."""
     memory = device_memory or gpu.memory_bytes
-    script = work / "replay.txt"
-    replay.write_script(trace, gpu.name, script)
-    calibration = work / "calibration.txt"
-    calibration.write_text(replay.calibration_text(gpu))
+    script, calibration = replay_inputs(trace, gpu, work)
 
     def run(name: str, conf: str, capacity: int) -> replay.Replayed:
         say(f"replaying {trace.model}: {conf or 'LMS off'} on {capacity / GIB:.1f} GiB")
@@ -171,15 +184,16 @@ def answer_lines(plan: Plan) -> list[str]:
     run = plan.chosen
     assert run is not None
     moved = run.bytes_out + run.bytes_in
+    overlapped, least = plan.bound_ms(run), plan.least_ms(run)
     defaults = plan.tried[0]
     lines = [head,
              f"fits with LMS: step ≈ {run.step_ms:.1f} ms, {run.step_ms / plan.compute_ms:.2f}× "
              f"compute-only ({plan.compute_ms:.1f} ms), {moved / GIB:.2f} GiB moved per step",
              f"  without LMS it needs {gib(without.peak_allocated)} (peak allocated); LMS limit "
              f"{gib(run.lms_limit)}, peak {gib(run.peak_allocated)} allocated; bandwidth bound "
-             f"{plan.bound_ms(run):.1f} ms (efficiency {plan.bound_ms(run) / run.step_ms:.2f}); "
-             f"least any schedule takes under the limit {plan.least_ms(run):.1f} ms "
-             f"(efficiency {plan.least_ms(run) / run.step_ms:.2f})"]
+             f"{overlapped:.1f} ms (efficiency {overlapped / run.step_ms:.2f}); "
+             f"least any schedule takes under the limit {least:.1f} ms "
+             f"(efficiency {least / run.step_ms:.2f})"]
     s = run.stats
     lines.append(f"  LMS per step (memory_stats()): {s.get('reclaimed', 0)} page-outs "
                  f"({s.get('clean_reclaims', 0)} clean, {s.get('paged_out_ahead', 0)} ahead of "

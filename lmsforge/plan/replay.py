@@ -159,7 +159,7 @@ def sim_env(device_memory: int, calibration: Path, alloc_conf: str,
 
 
 def run(program: Path, script: Path, work: Path, *, device_memory: int, calibration: Path,
-        alloc_conf: str, name: str, seed: int = 0, steps: int = STEPS) -> Replayed:
+        alloc_conf: str, name: str, seed: int = 0) -> Replayed:
     """One replay of SCRIPT's step STEPS times on a device of DEVICE_MEMORY bytes with
     PYTORCH_CUDA_ALLOC_CONF set to ALLOC_CONF; its JSON and log are WORK/NAME.json and .log."""
     out = work / f"{name}.json"
@@ -168,7 +168,7 @@ def run(program: Path, script: Path, work: Path, *, device_memory: int, calibrat
     with log.open("w") as sink:
         try:
             proc = subprocess.run([str(program), "--script", str(script), "--out", str(out),
-                                   "--steps", str(steps)], stdout=sink, stderr=subprocess.STDOUT,
+                                   "--steps", str(STEPS)], stdout=sink, stderr=subprocess.STDOUT,
                                   env=sim_env(device_memory, calibration, alloc_conf, seed),
                                   timeout=REPLAY_TIMEOUT_S)
         except subprocess.TimeoutExpired:
