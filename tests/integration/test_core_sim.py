@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -196,9 +197,16 @@ def test_the_series_passes_every_level_to_core_sim_under_several_seeds(
             assert 0 < row["least_time_efficiency"] <= 1 and 0 < row["bound_efficiency"] <= 1
             assert row["bytes_out"] > 0 and row["bytes_in"] > 0
             assert row["peak_allocated_bytes"] <= row["limit_bytes"] + (64 << 20)
+            # What the planner would recommend: never slower than the defaults, never faster
+            # than the least any schedule takes.
+            tuned = row["tuned"]
+            assert tuned["alloc_conf"].startswith("lms:True")
+            assert row["least_time_ms"] <= tuned["step_ms"] <= row["step_ms"]
+            assert tuned["least_time_efficiency"] >= row["least_time_efficiency"]
     # The activation-dominated ResNet-50 fits at both limits.
     assert all(row["completed"] for row in models["models"][0]["limits"])
-    assert "models' least-time efficiency (simulated) resnet50 1/2 " in sim["detail"]
+    assert re.search(r"models' least-time efficiency \(simulated\) resnet50 1/2 [01]\.\d\d "
+                     r"\([01]\.\d\d\) 1/4 ", sim["detail"]), sim["detail"]
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ one-line summary (lmsforge/plan/model_bench.py). The replays themselves run in t
 
 from __future__ import annotations
 
-from lmsforge.plan import model_bench, replay
+from lmsforge.plan import model_bench, replay, tune
 
 
 def test_a_replay_reports_the_median_step_after_the_warm_up_with_its_own_figures():
@@ -19,9 +19,38 @@ def test_a_replay_reports_the_median_step_after_the_warm_up_with_its_own_figures
     assert replay.reported_step([])["step_ms"] == 0.0
 
 
-def test_the_summary_names_each_model_and_limit():
+def test_the_summary_names_each_model_and_limit_with_the_tuned_efficiency():
     report = {"models": [
         {"model": "resnet50", "limits": [
-            {"fraction": "1/2", "completed": True, "least_time_efficiency": 0.4227},
+            {"fraction": "1/2", "completed": True, "least_time_efficiency": 0.4227,
+             "tuned": {"least_time_efficiency": 0.6012}},
             {"fraction": "1/4", "completed": False}]}]}
-    assert model_bench.summary(report) == "resnet50 1/2 0.42 1/4 -"
+    assert model_bench.summary(report) == "resnet50 1/2 0.42 (0.60) 1/4 -"
+
+
+def _replayed(conf: str, step_ms: float, completed: bool = True) -> replay.Replayed:
+    return replay.Replayed(alloc_conf=conf, device_memory=1 << 30, completed=completed,
+                           oom="" if completed else "operator 3", oom_op=-1 if completed else 3,
+                           lms_limit=1 << 29, step_ms=step_ms, stats={})
+
+
+def test_the_tuned_setting_is_the_planners_pick_among_every_candidate():
+    asked: list[tuple[str, int]] = []
+    times = {"lms_sync_mode:3": 140.0, "lms_swapin_ahead:0": 90.0,
+             "lms_swapin_ahead:100%": 80.0}
+
+    def replay_with(settings: str, number: int) -> replay.Replayed:
+        asked.append((settings, number))
+        # The fastest setting ran out of memory: it cannot be recommended.
+        return _replayed(settings, times.get(settings, 120.0),
+                         completed=settings != "lms_swapin_ahead:100%")
+
+    chosen = model_bench._tuned(_replayed("lms:True,lms_limit:536870912", 100.0), replay_with)
+    # Every candidate but the defaults (already replayed) once, numbered as the planner does.
+    assert asked == [(settings, number) for number, (_, settings)
+                     in enumerate(tune.CANDIDATES) if number > 0]
+    assert (chosen.alloc_conf, chosen.step_ms) == ("lms:True,lms_swapin_ahead:0", 90.0)
+    # Within tune.TIE of the defaults, the defaults stay: named without the limit.
+    tie = model_bench._tuned(_replayed("lms:True,lms_limit:536870912", 100.0),
+                             lambda settings, number: _replayed(settings, 99.5))
+    assert (tie.alloc_conf, tie.step_ms) == ("lms:True", 100.0)
