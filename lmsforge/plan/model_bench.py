@@ -19,6 +19,11 @@ simulator's calibrated link at the profile's rates):
   least any schedule of the step can take under the limit, with the least traffic (page-outs
   before the peak, page-ins after it).
 
+Each row's `clairvoyant` entry is clairvoyant.best_schedule under the same limit: one schedule
+that knows the step's future, played on a byte-counted model of the device (no allocator, no
+fragmentation). Between it and the replay lies what a policy that knew the order of uses could
+win; between it and the least time, what is left to the bound's looseness or a better schedule.
+
 Each row's `tuned` entry is what `lmsforge plan` would recommend under that limit: the other
 settings of tune.CANDIDATES replayed the same way, tune.choose's pick, its step and least-time
 efficiency (the defaults when nothing beats them by more than tune.TIE). Those replays check
@@ -36,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmsforge.errors import CheckFailed
-from lmsforge.plan import planner, profiles, replay, spec, trace, tune
+from lmsforge.plan import clairvoyant, planner, profiles, replay, spec, trace, tune
 
 GPU = "h100-pcie"
 # (model, one sample's shape, batch): the planner's built-in models at CI sizes.
@@ -102,10 +107,22 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
                        "prefetch_wasted", "page_in_wait_us")},
                    tuned={"alloc_conf": tuned.alloc_conf, "step_ms": round(tuned.step_ms, 3),
                           "least_time_efficiency": round(least / tuned.step_ms, 4)})
+        row["clairvoyant"] = _clairvoyant(traced, gpu, limit, plan, least)
         rows.append(row)
     return {"model": name, "input": step.input, "batch": step.batch,
             "operators": len(traced.ops), "peak_without_lms_bytes": peak,
             "compute_only_ms": round(without.step_ms, 3), "limits": rows}
+
+
+def _clairvoyant(traced: trace.Trace, gpu: profiles.Profile, limit: int, plan: planner.Plan,
+                 least: float) -> dict[str, object]:
+    found = clairvoyant.best_schedule(traced, gpu, limit, plan.first_step_only)
+    if found is None:
+        return {"completed": False}
+    return {"completed": True, "step_ms": round(found.step_ms, 3),
+            "least_time_efficiency": round(least / found.step_ms, 4),
+            "bytes_out": found.bytes_out, "bytes_in": found.bytes_in,
+            "horizon_ms": found.horizon_ms}
 
 
 @dataclass
@@ -142,12 +159,18 @@ def run_all(program: Path, work: Path, say: Callable[[str], None]) -> dict[str, 
 
 
 def summary(report: dict[str, object]) -> str:
-    """One line: the least-time efficiency per model and limit with the defaults, and with the
-    setting the planner would pick in parentheses ('-' where the step does not fit)."""
+    """One line: the least-time efficiency per model and limit with the defaults, and in
+    parentheses with the setting the planner would pick and with the clairvoyant schedule ('-'
+    where the step does not fit)."""
     parts = []
     for model in report["models"]:  # type: ignore[union-attr]
         cells = [f"{row['fraction']} {row['least_time_efficiency']:.2f} "
-                 f"({row['tuned']['least_time_efficiency']:.2f})"
+                 f"({row['tuned']['least_time_efficiency']:.2f}, clairvoyant "
+                 f"{_efficiency(row['clairvoyant'])})"
                  if row["completed"] else f"{row['fraction']} -" for row in model["limits"]]
         parts.append(f"{model['model']} {' '.join(cells)}")
     return "; ".join(parts)
+
+
+def _efficiency(schedule: dict[str, object]) -> str:
+    return f"{schedule['least_time_efficiency']:.2f}" if schedule["completed"] else "-"

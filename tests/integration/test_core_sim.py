@@ -203,10 +203,17 @@ def test_the_series_passes_every_level_to_core_sim_under_several_seeds(
             assert tuned["alloc_conf"].startswith("lms:True")
             assert row["least_time_ms"] <= tuned["step_ms"] <= row["step_ms"]
             assert tuned["least_time_efficiency"] >= row["least_time_efficiency"]
+            # The clairvoyant schedule under the same limit is a schedule too: the least time
+            # bounds it (a cross-check of both on real models).
+            schedule = row["clairvoyant"]
+            if schedule["completed"]:
+                assert schedule["step_ms"] >= row["least_time_ms"]
+                assert schedule["bytes_out"] > 0 and schedule["bytes_in"] > 0
     # The activation-dominated ResNet-50 fits at both limits.
     assert all(row["completed"] for row in models["models"][0]["limits"])
+    assert all(row["clairvoyant"]["completed"] for row in models["models"][0]["limits"])
     assert re.search(r"models' least-time efficiency \(simulated\) resnet50 1/2 [01]\.\d\d "
-                     r"\([01]\.\d\d\) 1/4 ", sim["detail"]), sim["detail"]
+                     r"\([01]\.\d\d, clairvoyant [01]\.\d\d\) 1/4 ", sim["detail"]), sim["detail"]
 
 
 @pytest.fixture(scope="module")

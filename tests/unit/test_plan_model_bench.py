@@ -19,13 +19,18 @@ def test_a_replay_reports_the_median_step_after_the_warm_up_with_its_own_figures
     assert replay.reported_step([])["step_ms"] == 0.0
 
 
-def test_the_summary_names_each_model_and_limit_with_the_tuned_efficiency():
+def test_the_summary_names_each_model_and_limit_with_the_tuned_and_clairvoyant_efficiency():
     report = {"models": [
         {"model": "resnet50", "limits": [
             {"fraction": "1/2", "completed": True, "least_time_efficiency": 0.4227,
-             "tuned": {"least_time_efficiency": 0.6012}},
-            {"fraction": "1/4", "completed": False}]}]}
-    assert model_bench.summary(report) == "resnet50 1/2 0.42 (0.60) 1/4 -"
+             "tuned": {"least_time_efficiency": 0.6012},
+             "clairvoyant": {"completed": True, "least_time_efficiency": 0.7491}},
+            {"fraction": "1/4", "completed": False}]},
+        {"model": "unet3d", "limits": [
+            {"fraction": "1/2", "completed": True, "least_time_efficiency": 0.45,
+             "tuned": {"least_time_efficiency": 0.51}, "clairvoyant": {"completed": False}}]}]}
+    assert model_bench.summary(report) == ("resnet50 1/2 0.42 (0.60, clairvoyant 0.75) 1/4 -; "
+                                           "unet3d 1/2 0.45 (0.51, clairvoyant -)")
 
 
 def _replayed(conf: str, step_ms: float, completed: bool = True) -> replay.Replayed:

@@ -1,0 +1,235 @@
+"""The clairvoyant schedule (lmsforge/plan/clairvoyant.py): its memory model, steps small
+enough to follow by hand, and random steps on which it must never beat the least-time bound
+(lmsforge/plan/bound.py), a cross-check of both."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from lmsforge.plan import bound, clairvoyant, models, replay
+from lmsforge.plan.clairvoyant import Timeline
+from lmsforge.plan.profiles import Profile, profile
+from lmsforge.plan.trace import trace_step
+from lmsforge.plan.trace_format import Op, Storage, Trace
+
+GPU = dataclasses.replace(profile("h100-pcie"), h2d_bytes_per_s=1e6, d2h_bytes_per_s=2e6)
+MS = 1000.0  # µs per operator: 1 ms each
+
+
+def chain(activations: int, nbytes: int) -> Trace:
+    """Forward: op i makes activation i from i - 1 (the input is storage 0). Backward: op
+    2n - 1 - i reads activation i and frees it. Every operator takes 1 ms."""
+    ops = []
+    for i in range(1, activations + 1):
+        ops.append(Op(id=len(ops), name="fwd", reads=[i - 1], writes=[i], allocs=[[i, nbytes]],
+                      frees=[], duration_us={GPU.name: MS}))
+    for i in range(activations, 0, -1):
+        ops.append(Op(id=len(ops), name="bwd", reads=[i], writes=[], allocs=[], frees=[i],
+                      duration_us={GPU.name: MS}))
+    return Trace(model="chain", input="1", batch=1, dtype="float32", torch="-",
+                 initial=[Storage(0, 0, "input")], ops=ops)
+
+
+def check_schedule(trace: Trace, limit: int, events: list[tuple], gpu: Profile = GPU,
+                   first_step_only: frozenset[int] = frozenset()) -> None:
+    """Replays a schedule's EVENTS (clairvoyant.schedule) on their own and fails where it could
+    not run on a device: an operator without its inputs on the device, a copy before the last
+    use or of stale data, a dropped page-out whose host copy is old, copies overlapping on one
+    engine, or more bytes on the device at any time than LIMIT."""
+    ops = bound.steady_ops(trace, set(first_step_only))
+    sizes = {s.id: s.bytes for s in trace.initial}
+    for op in trace.ops:
+        sizes.update((sid, nbytes) for sid, nbytes in op.allocs)
+    opened: dict[int, float] = {}  # storage on the device: since when it holds memory
+    valid: dict[int, float] = {}  # ... and when its data got there
+    version: dict[int, int] = {}  # writes so far
+    host: dict[int, tuple[float, int]] = {}  # host copy: when valid, of which version
+    last_use: dict[int, float] = {}
+    held: list[tuple[float, float, int]] = []  # (from, until, bytes) of device memory
+    engine = {"out": 0.0, "in": 0.0}
+    previous_end = 0.0
+
+    def close(sid: int, at: float) -> None:
+        assert at >= last_use.get(sid, 0.0), (sid, at, "gone before its last use ended")
+        held.append((opened.pop(sid), at, sizes[sid]))
+        valid.pop(sid)
+
+    for event in events:
+        kind, sid = event[0], event[1]
+        if kind == "device":
+            opened[sid], valid[sid], version[sid] = 0.0, 0.0, 0
+        elif kind == "host":
+            version[sid] = 0
+            host[sid] = (0.0, 0)
+        elif kind == "op":
+            _, position, start, end, made = event
+            op = ops[position % len(ops)]
+            assert start >= previous_end - 1e-9, ("operators overlap", event)
+            assert end - start == pytest.approx(op.duration_us[gpu.name] / MS)
+            previous_end = end
+            for made_sid in made:
+                assert made_sid not in opened, ("made twice", event)
+                opened[made_sid], valid[made_sid] = start, start
+                version[made_sid] = 0
+            for used in set(op.reads) | set(op.writes):
+                assert used in opened and valid[used] <= start + 1e-9, ("input missing", event,
+                                                                         used)
+            for used in set(op.reads) | set(op.writes) | set(made):
+                last_use[used] = max(last_use.get(used, 0.0), end)
+            for written in set(op.writes) | set(made):
+                version[written] += 1
+        elif kind == "free":
+            if sid in opened:
+                close(sid, event[2])
+            host.pop(sid, None)
+        elif kind == "out":
+            _, _, start, end = event
+            assert sid in opened and start >= valid[sid] - 1e-9, ("copied before it arrived",
+                                                                  event)
+            assert start >= engine["out"] - 1e-9, ("copies overlap", event)
+            assert end - start == pytest.approx(sizes[sid] / gpu.d2h_bytes_per_s * 1e3)
+            engine["out"] = end
+            assert start >= last_use.get(sid, 0.0) - 1e-9, ("copied while in use", event)
+            host[sid] = (end, version[sid])
+            close(sid, end)
+        elif kind == "drop":
+            assert sid in opened and event[2] >= valid[sid] - 1e-9, ("dropped mid-copy", event)
+            assert sid in host and host[sid][1] == version[sid], ("dropped its only copy", event)
+            close(sid, event[2])
+        elif kind == "in":
+            _, _, taken, start, end = event
+            assert sid not in opened and sid in host, ("paged in from nowhere", event)
+            assert host[sid][1] == version[sid], ("paged in stale data", event)
+            assert start >= max(host[sid][0], taken, engine["in"]) - 1e-9, ("copy too early",
+                                                                           event)
+            assert end - start == pytest.approx(sizes[sid] / gpu.h2d_bytes_per_s * 1e3)
+            engine["in"] = end
+            opened[sid], valid[sid] = taken, end
+        else:
+            raise AssertionError(f"unknown event {event}")
+    held += [(since, float("inf"), sizes[sid]) for sid, since in opened.items()]
+    # Memory given back at a time may be taken again at that time: releases sort first.
+    changes = sorted([(since, 1, n) for since, _, n in held] + [(until, 0, -n)
+                                                               for _, until, n in held])
+    in_use = 0
+    for time, _, nbytes in changes:
+        in_use += nbytes
+        assert in_use <= limit, (time, in_use, limit)
+
+
+def test_memory_given_back_later_is_waited_for_and_never_overdrawn():
+    memory = Timeline(100)
+    memory.add(0.0, 80)
+    memory.add(5.0, -50)  # a page-out's copy ends at 5
+    assert memory.earliest(1.0, 20) == 1.0
+    assert memory.earliest(1.0, 40) == 5.0
+    assert memory.earliest(1.0, 80) is None
+    memory.add(5.0, 40)
+    # Taking memory now that is promised to a later page-in overdraws it.
+    memory.add(7.0, 30)
+    with pytest.raises(AssertionError, match="over the limit"):
+        memory.add(2.0, 15)
+    memory.advance(6.0)
+    assert (memory.base, memory.final()) == (70, 100)
+
+
+def test_with_room_for_everything_it_moves_nothing_and_takes_the_compute():
+    found = clairvoyant.schedule(chain(4, 1000), GPU, 4000, set(), horizon_ms=0.5)
+    assert found == clairvoyant.Schedule(step_ms=8.0, bytes_out=0, bytes_in=0, horizon_ms=0.5)
+
+
+def test_under_a_limit_it_pages_out_and_in_and_the_bound_holds():
+    # 4 activations of 10000 B under 20000 B: the bound is 30 ms (test_plan_bound.py).
+    trace = chain(4, 10_000)
+    least = bound.least_step_ms(trace, GPU, 20_000, set())
+    found = clairvoyant.best_schedule(trace, GPU, 20_000, set())
+    assert found is not None
+    assert found.step_ms >= least == pytest.approx(30.0)
+    # Two activations at least went out before the last forward operator, and came back.
+    assert found.bytes_out >= 20_000 and found.bytes_in >= 20_000
+
+
+def test_an_operator_that_cannot_fit_gives_no_schedule():
+    # Operator 2 reads a 1000 B activation and makes another: 2000 B under 1500 B.
+    assert clairvoyant.best_schedule(chain(3, 1000), GPU, 1500, set()) is None
+
+
+def random_step(rng: random.Random) -> Trace:
+    """A step of 6-30 operators on 3 parameters and fresh storages, each operator reading a
+    few live ones, making 0-2, and freeing some of those no later operator reads."""
+    initial = [Storage(i, rng.randrange(1, 5) * 1000, "param") for i in range(3)]
+    live = [s.id for s in initial]
+    made: list[int] = []
+    ops: list[Op] = []
+    next_id = len(initial)
+    count = rng.randrange(6, 31)
+    for index in range(count):
+        reads = rng.sample(live, k=min(len(live), rng.randrange(1, 4)))
+        allocs = [[next_id + k, rng.randrange(1, 9) * 1000] for k in range(rng.randrange(0, 3))]
+        next_id += len(allocs)
+        ops.append(Op(id=index, name=f"op{index}", reads=reads,
+                      writes=[sid for sid, _ in allocs] + rng.sample(reads, k=rng.randrange(0, 2)),
+                      allocs=allocs, frees=[],
+                      duration_us={GPU.name: rng.choice([200.0, 1000.0, 3000.0])}))
+        live += [sid for sid, _ in allocs]
+        made += [sid for sid, _ in allocs]
+    # Each fresh storage dies after its last use: a transient, as activations are.
+    last_use = {sid: i for i, op in enumerate(ops) for sid in op.reads + op.writes}
+    for sid in made:
+        ops[last_use.get(sid, 0)].frees.append(sid)
+    return Trace(model="random", input="1", batch=1, dtype="float32", torch="-",
+                 initial=initial, ops=ops)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_on_random_steps_no_schedule_beats_the_least_time_bound(seed: int):
+    rng = random.Random(seed)
+    trace = random_step(rng)
+    peak = trace.steady_peak_bytes()
+    compute = sum(op.duration_us[GPU.name] for op in trace.ops) / MS
+    roomy = clairvoyant.schedule(trace, GPU, peak, set(), horizon_ms=0.25)
+    assert roomy is not None and roomy.step_ms == pytest.approx(compute)
+    assert (roomy.bytes_out, roomy.bytes_in) == (0, 0)
+    for fraction in (0.8, 0.6, 0.4):
+        limit = int(peak * fraction)
+        least = bound.least_step_ms(trace, GPU, limit, set())
+        for horizon in clairvoyant.HORIZONS_MS:
+            # The memory model raises AssertionError if the schedule overdraws the limit;
+            # check_schedule checks it on its own.
+            events: list[tuple] = []
+            found = clairvoyant.schedule(trace, GPU, limit, set(), horizon, events)
+            if found is not None:
+                check_schedule(trace, limit, events)
+                assert found.step_ms >= least - 1e-9, (fraction, horizon, found, least)
+
+
+@pytest.mark.parametrize("spec", [
+    # Operators long enough (a few µs at least) that the horizons do not span the whole step.
+    models.resnet_step(image=128, batch=4, blocks=(1, 1, 1, 1)),
+    models.unet3d_step(side=64, batch=1, base=8, depth=2),
+    models.gpt_step(tokens=256, batch=4, layers=2, width=256, heads=4, vocab=5000),
+], ids=lambda spec: spec.name)
+def test_on_small_real_models_every_schedule_could_run(spec):
+    # The shapes of the model benchmarks, traced small, with an optimizer whose state a later
+    # step finds alive: every schedule under a half and a quarter of the peak passes
+    # check_schedule and no faster than the least time.
+    gpu = profile("h100-pcie")
+    trace = trace_step(*spec.step_args(), model_name=spec.name, input_desc=spec.input,
+                       batch=spec.batch, profiles=[gpu.name])
+    first_only = replay.first_step_only(trace)
+    completed = 0
+    for fraction in (2, 4):
+        limit = trace.steady_peak_bytes() // fraction
+        least = bound.least_step_ms(trace, gpu, limit, first_only)
+        for horizon in clairvoyant.HORIZONS_MS:
+            events: list[tuple] = []
+            found = clairvoyant.schedule(trace, gpu, limit, first_only, horizon, events)
+            if found is not None:
+                completed += 1
+                check_schedule(trace, limit, events, gpu, frozenset(first_only))
+                assert found.step_ms >= least - 1e-9
+                assert found.bytes_out > 0 and found.bytes_in > 0
+    assert completed > 0
