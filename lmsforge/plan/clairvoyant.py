@@ -23,7 +23,9 @@ The schedule:
 
 The model: device memory counted in bytes over time (no blocks, so no fragmentation: the
 allocator's limit also pays for rounding and split blocks); one copy engine per direction at the
-profile's one-way rates; the trace's roofline durations; every operator on one stream. The
+profile's one-way rates, even while both move (optimistic: the simulator gives each direction
+the lower duplex rate then; pass a profile with both rates set to it for the pessimistic
+figure); the trace's roofline durations; every operator on one stream. The
 figure is the third of three steps, the first starting with the persistent storages (the
 initial ones and the optimizer state) on the device while they fit.
 """
