@@ -4,33 +4,16 @@ enough to follow by hand, and random steps on which it must never beat the least
 
 from __future__ import annotations
 
-import dataclasses
 import random
 
 import pytest
+from plan_steps import GPU, MS, chain
 
 from lmsforge.plan import bound, clairvoyant, models, replay
 from lmsforge.plan.clairvoyant import Timeline
 from lmsforge.plan.profiles import Profile, profile
 from lmsforge.plan.trace import trace_step
 from lmsforge.plan.trace_format import Op, Storage, Trace
-
-GPU = dataclasses.replace(profile("h100-pcie"), h2d_bytes_per_s=1e6, d2h_bytes_per_s=2e6)
-MS = 1000.0  # µs per operator: 1 ms each
-
-
-def chain(activations: int, nbytes: int) -> Trace:
-    """Forward: op i makes activation i from i - 1 (the input is storage 0). Backward: op
-    2n - 1 - i reads activation i and frees it. Every operator takes 1 ms."""
-    ops = []
-    for i in range(1, activations + 1):
-        ops.append(Op(id=len(ops), name="fwd", reads=[i - 1], writes=[i], allocs=[[i, nbytes]],
-                      frees=[], duration_us={GPU.name: MS}))
-    for i in range(activations, 0, -1):
-        ops.append(Op(id=len(ops), name="bwd", reads=[i], writes=[], allocs=[], frees=[i],
-                      duration_us={GPU.name: MS}))
-    return Trace(model="chain", input="1", batch=1, dtype="float32", torch="-",
-                 initial=[Storage(0, 0, "input")], ops=ops)
 
 
 def check_schedule(trace: Trace, limit: int, events: list[tuple], gpu: Profile = GPU,
