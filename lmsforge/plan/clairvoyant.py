@@ -44,6 +44,9 @@ from lmsforge.plan.trace_format import Trace
 # (0, 1 and 2 ms were never the best on the benchmark models.)
 HORIZONS_MS = (0.1, 0.25, 0.5)
 STEPS = 3
+# Page-ins ahead stop while the link is this many horizons behind compute: further ahead, what
+# they bring in waits longer on the device and takes room that page-outs must then make.
+PAGE_IN_LEAD_HORIZONS = 4
 NEVER = float("inf")
 
 
@@ -263,7 +266,7 @@ class _Run:
         count = len(self.ops)
         keep: set[int] = set(self.operands[position % count])
         for ahead in range(1, count):
-            if ahead > 1 and self.h2d_free > self.now + 4 * self.horizon_ms:
+            if ahead > 1 and self.h2d_free > self.now + PAGE_IN_LEAD_HORIZONS * self.horizon_ms:
                 return
             index = (position + ahead) % count
             keep |= self.operands[index]
