@@ -7,8 +7,10 @@ only by an atomic rename after they were verified, so an interrupted download ne
 that a later run would use.
 
 Work in progress lives in ``partial/<name>`` folders, each held by a lock on ``partial/<name>.lock``
-for as long as its process lives. A folder whose lock nobody holds belongs to a process that was
-killed; the next process to start work there removes it.
+for as long as its process lives, and by the children it starts to work there
+(``Cache.child_options``): a `tar` that outlives a killed lmsforge by a moment still holds it. A
+folder whose lock nobody holds belongs to processes that are all gone; the next process to start
+work there removes it.
 
 A cache may be read-only (an admin fills it once for a cluster). Reading from it works; locks and
 logs then go to a per-user folder under the system's temporary directory, and anything that would
@@ -32,10 +34,12 @@ from typing import Iterator
 import filelock
 import platformdirs
 
+from lmsforge.children import die_with_parent
 from lmsforge.errors import UsageError
 
 LOCK_TIMEOUT_S = 3600  # a concurrent download of the largest archive finishes well within this
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+_HELD_LOCKS: dict[Path, int] = {}  # scratch folder -> the descriptor of its held lock file
 
 
 def default_cache_dir() -> Path:
@@ -126,13 +130,24 @@ class Cache:
                 break
             os.close(fd)
         folder = self.partial / name
+        _HELD_LOCKS[folder] = fd
         try:
             folder.mkdir()
             yield folder
         finally:
+            del _HELD_LOCKS[folder]
             shutil.rmtree(folder, ignore_errors=True)
             lock_path.unlink(missing_ok=True)
             os.close(fd)
+
+    @staticmethod
+    def child_options(folder: Path) -> dict[str, object]:
+        """``subprocess`` keyword arguments for a child (started by the main thread) that writes
+        into FOLDER, a ``scratch`` folder: it holds the folder's lock too and dies with lmsforge.
+
+        Without both, SIGKILL on lmsforge leaves the child writing there while the next lmsforge
+        sweeps the folder: the sweep fails half-way, or the child makes files again after it."""
+        return {"pass_fds": (_HELD_LOCKS[folder],), "preexec_fn": die_with_parent}
 
 
 def sweep_partial(partial: Path) -> list[str]:

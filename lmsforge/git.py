@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 # GitPython refuses to import when no git binary is on PATH; commands that need no git (test,
 # publish) must still run there, and those that do get NO_GIT below as their one-line error.
@@ -83,8 +83,10 @@ def run(
     env: Mapping[str, str] | None = None,
     input: bytes | None = None,
     check: bool = True,
+    child_options: Mapping[str, Any] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run ``git ARGS`` and return the completed process (bytes out)."""
+    """Run ``git ARGS`` and return the completed process (bytes out). CHILD_OPTIONS: more
+    ``subprocess`` keyword arguments (``Cache.child_options`` for git working in a scratch folder)."""
     try:
         proc = subprocess.run(
             ["git", *_NEUTRAL_CONFIG, *args],
@@ -92,6 +94,7 @@ def run(
             env=git_env(env),
             input=input,
             capture_output=True,
+            **(child_options or {}),
         )
     except FileNotFoundError:
         if shutil.which("git", path=git_env(env).get("PATH")) is None:

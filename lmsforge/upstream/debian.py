@@ -14,37 +14,30 @@ of holding the lock on the lists folder (and dpkg's) for the next run.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from lmsforge.children import die_with_parent
 from lmsforge.errors import EXIT_FAILED, LmsforgeError, UsageError
 from lmsforge.upstream.sources import DebianPackage
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 SUITES = "bookworm trixie sid"
-PR_SET_PDEATHSIG = 1
 LOCK_RETRIES = 30  # x 2 s: another apt (not ours: ours take a cache lock first) may hold it
 LOCK_BUSY = ("Could not get lock", "Unable to lock", "is another process using it")
-
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def run_apt(args: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     """Run apt-get; it dies with lmsforge, and a lock held by another apt is waited for."""
     for attempt in range(LOCK_RETRIES):
         proc = subprocess.run(["apt-get", *args], capture_output=True, text=True,
-                              preexec_fn=_die_with_parent, **kwargs)  # type: ignore[call-overload]
+                              preexec_fn=die_with_parent, **kwargs)  # type: ignore[call-overload]
         if proc.returncode == 0 or not any(busy in proc.stderr for busy in LOCK_BUSY):
             return proc
         time.sleep(2)

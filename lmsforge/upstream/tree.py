@@ -254,7 +254,10 @@ def _import_archive(repo: Path, archive: Path, source: ArchiveSource, framework:
     with cache.scratch("import") as tmp:
         root = tmp / "tree"
         root.mkdir()
-        untar = subprocess.run(tar_command(archive, root), capture_output=True, text=True)
+        # Both children write into TMP: they hold its lock and die with us (Cache.child_options).
+        children = cache.child_options(tmp)
+        untar = subprocess.run(tar_command(archive, root), capture_output=True, text=True,
+                               **children)  # type: ignore[call-overload]
         if untar.returncode != 0:
             raise tar_error(archive, root, untar.stderr)
         entries = sorted(p.name for p in root.iterdir())
@@ -264,8 +267,9 @@ def _import_archive(repo: Path, archive: Path, source: ArchiveSource, framework:
                 "fix `top` in upstream.yaml", 2)
         env = {"GIT_DIR": str(repo), "GIT_WORK_TREE": str(root / source.top),
                "GIT_INDEX_FILE": str(tmp / "index")}
-        git.run(["add", "--all", "--force", "."], root / source.top, env=env)
-        tree = git.out(["write-tree"], root / source.top, env=env)
+        git.run(["add", "--all", "--force", "."], root / source.top, env=env,
+                child_options=children)
+        tree = git.out(["write-tree"], root / source.top, env=env, child_options=children)
     stamp = {"GIT_AUTHOR_NAME": git.LMSFORGE_NAME, "GIT_AUTHOR_EMAIL": git.LMSFORGE_EMAIL,
              "GIT_AUTHOR_DATE": IMPORT_DATE, "GIT_COMMITTER_NAME": git.LMSFORGE_NAME,
              "GIT_COMMITTER_EMAIL": git.LMSFORGE_EMAIL, "GIT_COMMITTER_DATE": IMPORT_DATE}

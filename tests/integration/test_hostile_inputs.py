@@ -13,6 +13,7 @@ with their own `run`. Other tracks add their rows to `CASES` (build, channel, po
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
@@ -485,6 +486,23 @@ def two_applies_into_one_folder(env: Env) -> None:
         assert git(target, "status", "--porcelain") == ""
 
 
+def wait_until_nobody_holds(locks: Iterable[Path], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    for lock in locks:
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, f"{lock.name} is still held"
+                    time.sleep(0.01)
+        finally:
+            os.close(fd)
+
+
 def killed_import_is_swept(env: Env) -> None:
     archive = big_archive(env)
     proc = lmsforge_process(env, "fetch", "-f", "toy", "-t", "v1.0.0", "--archive", str(archive))
@@ -499,6 +517,9 @@ def killed_import_is_swept(env: Env) -> None:
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the import finished before it could be killed"
     assert any(p.name.startswith("import-") for p in partial.iterdir())  # the leftover
+    # The killed fetch's tar or git holds the folder's lock until the kernel has killed it too
+    # (lmsforge.children): only then is the folder a leftover that the next run may sweep.
+    wait_until_nobody_holds(partial.glob("import-*.lock"))
     result = lmsforge(*env.base_args(), "fetch", "-f", "toy", "-t", "v1.0.0")
     assert result.exit_code == 0, result.output
     nothing_left_in_partial(env)
