@@ -26,7 +26,9 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 # The executor's order depends on its thread count, and TensorFlow sizes its pools by the CPUs it
 # may use. With one inter-op thread it runs the step in an order that keeps more tensors alive:
 # the transformer block's peak rises from about 235 to 284-295 MiB (one CPU, or these set to 1).
-# Fixed pools make the figure the same on every machine; set these to measure another one.
+# Fixed pools make the figure the same on every machine we can see here, but not on all: CI's
+# landing machine measured 287 MiB with them (docs/tflms-planning.md). Set these to measure
+# another configuration.
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", "2")
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "2")
 

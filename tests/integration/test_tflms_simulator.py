@@ -47,6 +47,16 @@ SCRIPT = textwrap.dedent('''
     out["tiny_too_small"] = dict(fits=run.fits, op=run.failing_op, reason=run.reason)
 
     @tf.function
+    def renamed(x):
+        a = x * 2.0
+        r = tf.reshape(a, [10, 100])
+        b = tf.identity(r) * 3.0
+        return tf.reduce_sum(b) + tf.reduce_sum(r)
+
+    aliased = graph.model_graph(renamed.get_concrete_function(tf.TensorSpec([N], tf.float32)))
+    out["alias_peak"] = simulator.simulate(aliased, 2**30).peak_bytes_without_lms
+
+    @tf.function
     def unknown_batch(x):
         return tf.reduce_sum(x * 2.0)
     function = unknown_batch.get_concrete_function(tf.TensorSpec([None, 10], tf.float32))
@@ -132,6 +142,13 @@ def findings(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return result
 
 
+def test_renaming_operations_share_their_inputs_buffer(findings: dict) -> None:
+    # a = 2x (x, 4000 B, then dead); r = reshape(a) and identity(r) are a's buffer under other
+    # names, kept alive by the last sum; b = 3 identity(r): a and b live, 8000 B, plus a few
+    # bytes of constants (the shape, the reduce axes). Counted apart they would be 12000 B or more.
+    assert 8000 <= findings["alias_peak"] <= 8040
+
+
 def test_a_tiny_graph_peaks_where_counted_by_hand(findings: dict) -> None:
     # x (4000 B) feeds a = 2x; x is then dead. b = 3a, c = 3b, e = 3c: when e is computed,
     # a (still needed by the last sum), c and e are live: 12000 B, plus two 4-byte constants
@@ -214,8 +231,12 @@ def test_the_plot_is_a_png(findings: dict) -> None:
 
 
 def test_the_peak_without_lms_agrees_with_a_real_cpu_step(findings: dict) -> None:
-    # The transformer block's step run for real with the CPU BFC allocator. The simulator leaves
-    # kernel scratch out, so it may be a little under; 15% either way is the bar.
+    # The transformer block's step run for real with the CPU BFC allocator. The real peak is not
+    # one figure: how TensorFlow's executor runs the step moves it from 231 to 295 MiB against
+    # 232 simulated (0.79-1.00 measured across machines and thread pools, even with the step's
+    # order pinned: docs/tflms-planning.md). The bar takes that spread, 25% under to 15% over.
+    # Tensors sized wrong (halved: 0.51) miss it; the buffers shared by renaming operations are
+    # checked exactly above, as the spread hides them here (counted apart: 296 MiB, 1.26 here).
     agreement = findings["agreement"]
     ratio = agreement["predicted"] / agreement["measured"]
-    assert 0.85 <= ratio <= 1.15, agreement
+    assert 0.75 <= ratio <= 1.15, agreement

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "lmsforge"
 # which may use one another (the circle check still holds for them).
 FLOORS: dict[str, int] = {
     "lmsforge": 0, "errors": 0, "cache": 0, "git": 0, "ui": 0, "options": 0, "native_exit": 0,
+    "children": 0,
     "bundled": 0,
     "upstream": 1,
     # plan/ (the planner's trace, replay and bounds) stands on the ground alone; verify/'s
