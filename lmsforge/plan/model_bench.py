@@ -19,9 +19,9 @@ simulator's calibrated link at the profile's rates):
   least any schedule of the step can take under the limit, with the least traffic (page-outs
   before the peak, page-ins after it).
 
-Each row's `clairvoyant` entry is clairvoyant.best_schedule under the same limit: one schedule
-that knows the step's future, played on a byte-counted model of the device (no allocator, no
-fragmentation). Between it and the replay lies what a policy that knew the order of uses could
+Each row's `clairvoyant` entry is clairvoyant.best_schedule under the same limit: the faster of
+two schedules that know the step's future (`policy`: "ahead" or "planned"), played on a
+byte-counted model of the device (no allocator, no fragmentation). Between it and the replay lies what a policy that knew the order of uses could
 win; between it and the least time, what is left to the bound's looseness or a better schedule.
 
 Each row's `tuned` entry is what `lmsforge plan` would recommend under that limit: the other
@@ -122,7 +122,7 @@ def _clairvoyant(traced: trace.Trace, gpu: profiles.Profile, limit: int, plan: p
     return {"completed": True, "step_ms": round(found.step_ms, 3),
             "least_time_efficiency": round(least / found.step_ms, 4),
             "bytes_out": found.bytes_out, "bytes_in": found.bytes_in,
-            "horizon_ms": found.horizon_ms}
+            "policy": found.policy, "horizon_ms": found.horizon_ms}
 
 
 @dataclass

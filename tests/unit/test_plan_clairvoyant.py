@@ -1,6 +1,7 @@
-"""The clairvoyant schedule (lmsforge/plan/clairvoyant.py): its memory model, steps small
-enough to follow by hand, and random steps on which it must never beat the least-time bound
-(lmsforge/plan/bound.py), a cross-check of both."""
+"""The clairvoyant schedules (lmsforge/plan/clairvoyant.py) and their device
+(lmsforge/plan/schedule_device.py): the memory model, steps small enough to follow by hand, and
+random steps on which no schedule may beat the least-time bound (lmsforge/plan/bound.py), a
+cross-check of both."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from plan_steps import GPU, MS, chain
 
 from lmsforge.plan import bound, clairvoyant, models, replay
-from lmsforge.plan.clairvoyant import Timeline
+from lmsforge.plan.schedule_device import Timeline
 from lmsforge.plan.profiles import Profile, profile
 from lmsforge.plan.trace import trace_step
 from lmsforge.plan.trace_format import Op, Storage, Trace
@@ -18,10 +19,11 @@ from lmsforge.plan.trace_format import Op, Storage, Trace
 
 def check_schedule(trace: Trace, limit: int, events: list[tuple], gpu: Profile = GPU,
                    first_step_only: frozenset[int] = frozenset()) -> None:
-    """Replays a schedule's EVENTS (clairvoyant.schedule) on their own and fails where it could
-    not run on a device: an operator without its inputs on the device, a copy before the last
-    use or of stale data, a dropped page-out whose host copy is old, copies overlapping on one
-    engine, or more bytes on the device at any time than LIMIT."""
+    """Replays a schedule's EVENTS (clairvoyant.schedule, planned_schedule) on their own and fails
+    where it could not run on a device: an operator without its inputs on the device, a copy
+    before the last use or of stale data, a dropped page-out whose host copy is old or not yet
+    whole, a write-back written over before its drop (a wasted copy), copies overlapping on
+    one engine, or more bytes on the device at any time than LIMIT."""
     ops = bound.steady_ops(trace, set(first_step_only))
     sizes = {s.id: s.bytes for s in trace.initial}
     for op in trace.ops:
@@ -33,6 +35,7 @@ def check_schedule(trace: Trace, limit: int, events: list[tuple], gpu: Profile =
     last_use: dict[int, float] = {}
     held: list[tuple[float, float, int]] = []  # (from, until, bytes) of device memory
     engine = {"out": 0.0, "in": 0.0}
+    backed: set[int] = set()  # written back and still on the device: a write wastes the copy
     previous_end = 0.0
 
     def close(sid: int, at: float) -> None:
@@ -63,6 +66,7 @@ def check_schedule(trace: Trace, limit: int, events: list[tuple], gpu: Profile =
             for used in set(op.reads) | set(op.writes) | set(made):
                 last_use[used] = max(last_use.get(used, 0.0), end)
             for written in set(op.writes) | set(made):
+                assert written not in backed, ("written again after its write-back", event)
                 version[written] += 1
         elif kind == "free":
             if sid in opened:
@@ -78,9 +82,21 @@ def check_schedule(trace: Trace, limit: int, events: list[tuple], gpu: Profile =
             assert start >= last_use.get(sid, 0.0) - 1e-9, ("copied while in use", event)
             host[sid] = (end, version[sid])
             close(sid, end)
+        elif kind == "back":
+            _, _, start, end = event
+            assert sid in opened and start >= valid[sid] - 1e-9, ("copied before it arrived",
+                                                                  event)
+            assert start >= engine["out"] - 1e-9, ("copies overlap", event)
+            assert end - start == pytest.approx(sizes[sid] / gpu.d2h_bytes_per_s * 1e3)
+            engine["out"] = end
+            assert start >= last_use.get(sid, 0.0) - 1e-9, ("copied while in use", event)
+            host[sid] = (end, version[sid])  # the device copy stays
+            backed.add(sid)
         elif kind == "drop":
             assert sid in opened and event[2] >= valid[sid] - 1e-9, ("dropped mid-copy", event)
             assert sid in host and host[sid][1] == version[sid], ("dropped its only copy", event)
+            assert event[2] >= host[sid][0] - 1e-9, ("dropped before its host copy ended", event)
+            backed.discard(sid)
             close(sid, event[2])
         elif kind == "in":
             _, _, taken, start, end = event
@@ -140,6 +156,44 @@ def test_an_operator_that_cannot_fit_gives_no_schedule():
     assert clairvoyant.best_schedule(chain(3, 1000), GPU, 1500, set()) is None
 
 
+def play(trace: Trace, gpu: Profile, limit: int, first_only: set[int], horizon: float | str,
+         events: list[tuple]) -> clairvoyant.Schedule | None:
+    """clairvoyant.schedule at HORIZON, or planned_schedule for "planned"."""
+    if horizon == "planned":
+        return clairvoyant.planned_schedule(trace, gpu, limit, first_only, events)
+    return clairvoyant.schedule(trace, gpu, limit, first_only, horizon, events)
+
+
+def test_the_planned_schedule_writes_back_early_so_its_page_outs_are_drops():
+    # chain(4, 10000) under 20000 B, links of 2 MB/s out (5 ms) and 1 MB/s in (10 ms). Step
+    # 3 starts at 72 ms. Op 16 makes a1 [72, 73]; a1 is final, so it is written back at once,
+    # while op 17 reads it: [73, 78]; op 17 makes a2 [73, 74], written back [78, 83]. a3 needs
+    # a1's room: dropped at 78 when its copy is whole, op 18 [78, 79]; a4 the same with a2:
+    # op 19 [83, 84]. Backward: op 20 [84, 85], op 21 [85, 86] frees a3, a2 comes in [86, 96],
+    # op 22 [96, 97] frees it, a1 comes in [97, 107], op 23 [107, 108]: 36 ms. The schedule
+    # that copies a1 out only after op 17's read takes 37.
+    trace = chain(4, 10_000)
+    events: list[tuple] = []
+    planned = clairvoyant.planned_schedule(trace, GPU, 20_000, set(), events)
+    assert planned == clairvoyant.Schedule(step_ms=36.0, bytes_out=20_000, bytes_in=20_000,
+                                           horizon_ms=0.0, policy="planned")
+    check_schedule(trace, 20_000, events)
+    assert ("back", 1, 73.0, 78.0) in events and ("drop", 1, 78.0) in events
+    assert min(clairvoyant.schedule(trace, GPU, 20_000, set(), h).step_ms
+               for h in clairvoyant.HORIZONS_MS) == 37.0
+    assert clairvoyant.best_schedule(trace, GPU, 20_000, set()) == planned
+
+
+def test_a_drop_before_its_write_back_ends_is_caught():
+    # The checker's own test: a page-out without a copy must wait for the write-back.
+    trace = chain(1, 10_000)  # op 0 makes a1, op 1 reads and frees it
+    made = [("device", 0), ("op", 0, 0.0, 1.0, (1,)), ("back", 1, 1.0, 6.0)]
+    with pytest.raises(AssertionError, match="before its host copy ended"):
+        check_schedule(trace, 10_000, made + [("drop", 1, 5.0)])
+    check_schedule(trace, 10_000, made + [("drop", 1, 6.0), ("in", 1, 6.0, 6.0, 16.0),
+                                          ("op", 1, 16.0, 17.0, ()), ("free", 1, 17.0)])
+
+
 def random_step(rng: random.Random) -> Trace:
     """A step of 6-30 operators on 3 parameters and fresh storages, each operator reading a
     few live ones, making 0-2, and freeing some of those no later operator reads."""
@@ -179,11 +233,11 @@ def test_on_random_steps_no_schedule_beats_the_least_time_bound(seed: int):
     for fraction in (0.8, 0.6, 0.4):
         limit = int(peak * fraction)
         least = bound.least_step_ms(trace, GPU, limit, set())
-        for horizon in clairvoyant.HORIZONS_MS:
+        for horizon in clairvoyant.HORIZONS_MS + ("planned",):
             # The memory model raises AssertionError if the schedule overdraws the limit;
             # check_schedule checks it on its own.
             events: list[tuple] = []
-            found = clairvoyant.schedule(trace, GPU, limit, set(), horizon, events)
+            found = play(trace, GPU, limit, set(), horizon, events)
             if found is not None:
                 check_schedule(trace, limit, events)
                 assert found.step_ms >= least - 1e-9, (fraction, horizon, found, least)
@@ -207,9 +261,9 @@ def test_on_small_real_models_every_schedule_could_run(spec):
     for fraction in (2, 4):
         limit = trace.steady_peak_bytes() // fraction
         least = bound.least_step_ms(trace, gpu, limit, first_only)
-        for horizon in clairvoyant.HORIZONS_MS:
+        for horizon in clairvoyant.HORIZONS_MS + ("planned",):
             events: list[tuple] = []
-            found = clairvoyant.schedule(trace, gpu, limit, first_only, horizon, events)
+            found = play(trace, gpu, limit, first_only, horizon, events)
             if found is not None:
                 completed += 1
                 check_schedule(trace, limit, events, gpu, frozenset(first_only))
