@@ -232,9 +232,9 @@ def test_the_plot_is_a_png(findings: dict) -> None:
 
 def test_the_peak_without_lms_agrees_with_a_real_cpu_step(findings: dict) -> None:
     # The transformer block's step run for real with the CPU BFC allocator. The real peak is not
-    # one figure: how TensorFlow's executor runs the step moves it from 231 to 295 MiB against
-    # 232 simulated (0.79-1.00 measured across machines and thread pools, even with the step's
-    # order pinned: docs/tflms-planning.md). The bar takes that spread, 25% under to 15% over.
+    # one figure: how TensorFlow's runtime runs the step moves it from 231 to 295 MiB against
+    # 232 simulated (0.79-1.00 measured across machines, thread pools and Grappler settings:
+    # docs/tflms-planning.md). The bar takes that spread, 25% under to 15% over.
     # Tensors sized wrong (halved: 0.51) miss it; the buffers shared by renaming operations are
     # checked exactly above, as the spread hides them here (counted apart: 296 MiB, 1.26 here).
     agreement = findings["agreement"]
