@@ -141,13 +141,18 @@ class Cache:
             os.close(fd)
 
     @staticmethod
+    def held_lock(folder: Path) -> int:
+        """The descriptor of the lock this process holds on FOLDER, a ``scratch`` folder."""
+        return _HELD_LOCKS[folder]
+
+    @staticmethod
     def child_options(folder: Path) -> dict[str, object]:
         """``subprocess`` keyword arguments for a child (started by the main thread) that writes
         into FOLDER, a ``scratch`` folder: it holds the folder's lock too and dies with lmsforge.
 
         Without both, SIGKILL on lmsforge leaves the child writing there while the next lmsforge
         sweeps the folder: the sweep fails half-way, or the child makes files again after it."""
-        return {"pass_fds": (_HELD_LOCKS[folder],), "preexec_fn": die_with_parent}
+        return {"pass_fds": (Cache.held_lock(folder),), "preexec_fn": die_with_parent}
 
 
 def sweep_partial(partial: Path) -> list[str]:

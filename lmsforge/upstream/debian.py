@@ -55,8 +55,10 @@ def machine_debian_entry() -> tuple[str, str]:
     return DEFAULT_MIRROR, DEFAULT_KEYRING
 
 
-def download_orig(package: DebianPackage, archive_name: str, apt_state: Path, into: Path) -> Path:
-    """Run apt's source download of PACKAGE into INTO; return the path of ARCHIVE_NAME there."""
+def download_orig(package: DebianPackage, archive_name: str, apt_state: Path, into: Path,
+                  hold: Sequence[int] = ()) -> Path:
+    """Run apt's source download of PACKAGE into INTO; return the path of ARCHIVE_NAME there.
+    HOLD: descriptors the apt that writes into INTO keeps open (INTO's lock: Cache.held_lock)."""
     if shutil.which("apt-get") is None:
         raise UsageError(
             f"apt-get is not available to download {archive_name}; download it elsewhere and "
@@ -82,7 +84,8 @@ def download_orig(package: DebianPackage, archive_name: str, apt_state: Path, in
             EXIT_FAILED)
     into.mkdir(parents=True, exist_ok=True)
     spec = f"{package.package}={package.version}"
-    fetched = run_apt([*options, "source", "--download-only", spec], cwd=into)
+    fetched = run_apt([*options, "source", "--download-only", spec], cwd=into,
+                      pass_fds=tuple(hold))
     archive = into / archive_name
     if not archive.is_file():
         raise LmsforgeError(

@@ -191,8 +191,10 @@ def _download_archive(source: ArchiveSource, cache: Cache) -> None:
         if source.debian is not None:
             # apt's lists folder is one per cache, whatever the tag: one apt at a time.
             with cache.lock("apt-state"):
+                # apt dies with lmsforge already (run_apt); it holds WORK's lock too.
                 downloaded = debian.download_orig(source.debian, source.name,
-                                                  cache.root / "apt", work / "files")
+                                                  cache.root / "apt", work / "files",
+                                                  hold=(cache.held_lock(work),))
         elif source.url is not None:
             downloaded = work / source.name
             _download_url(source.url, downloaded)
