@@ -32,7 +32,7 @@ class Schedule:
     bytes_out: int  # copied to the host, page-outs and write-backs
     bytes_in: int
     horizon_ms: float
-    policy: str = "ahead"  # `schedule`'s; "planned": `planned_schedule`'s
+    policy: str = "ahead"  # `schedule`'s; "planned" or "planned-by-size": `planned_schedule`'s
 
 
 class DoesNotFit(Exception):

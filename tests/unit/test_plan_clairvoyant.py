@@ -158,9 +158,9 @@ def test_an_operator_that_cannot_fit_gives_no_schedule():
 
 def play(trace: Trace, gpu: Profile, limit: int, first_only: set[int], horizon: float | str,
          events: list[tuple]) -> clairvoyant.Schedule | None:
-    """clairvoyant.schedule at HORIZON, or planned_schedule for "planned"."""
-    if horizon == "planned":
-        return clairvoyant.planned_schedule(trace, gpu, limit, first_only, events)
+    """clairvoyant.schedule at HORIZON, or planned_schedule under an eviction rule's name."""
+    if horizon in clairvoyant.EVICTION_RULES:
+        return clairvoyant.planned_schedule(trace, gpu, limit, first_only, events, rule=horizon)
     return clairvoyant.schedule(trace, gpu, limit, first_only, horizon, events)
 
 
@@ -182,6 +182,27 @@ def test_the_planned_schedule_writes_back_early_so_its_page_outs_are_drops():
     assert min(clairvoyant.schedule(trace, GPU, 20_000, set(), h).step_ms
                for h in clairvoyant.HORIZONS_MS) == 37.0
     assert clairvoyant.best_schedule(trace, GPU, 20_000, set()) == planned
+
+
+def test_weighing_by_size_moves_one_large_storage_where_belady_moves_two():
+    # Op 0 makes A (10000 B, read at op 4), op 1 makes B (1000 B, read at op 5), op 2 makes C
+    # (10000 B) under 11000 B. Belady's rule sends out B (used last), which is not room enough,
+    # then A: 11000 B each way. Weighed by size, A ranks first (2 operators x 100 against
+    # 3 x 31.6) and is room enough alone: 10000 B each way.
+    def op(index: int, reads: list[int], allocs: list[list[int]], frees: list[int]) -> Op:
+        return Op(id=index, name=f"op{index}", reads=reads, writes=[sid for sid, _ in allocs],
+                  allocs=allocs, frees=frees, duration_us={GPU.name: MS})
+    trace = Trace(model="sizes", input="1", batch=1, dtype="float32", torch="-", initial=[],
+                  ops=[op(0, [], [[1, 10_000]], []), op(1, [], [[2, 1000]], []),
+                       op(2, [], [[3, 10_000]], []), op(3, [3], [], [3]), op(4, [1], [], [1]),
+                       op(5, [2], [], [2])])
+    moved = {}
+    for rule in clairvoyant.EVICTION_RULES:
+        events: list[tuple] = []
+        found = clairvoyant.planned_schedule(trace, GPU, 11_000, set(), events, rule=rule)
+        check_schedule(trace, 11_000, events)
+        moved[rule] = (found.bytes_out, found.bytes_in)
+    assert moved == {"furthest": (11_000, 11_000), "furthest-by-size": (10_000, 10_000)}
 
 
 def test_a_drop_before_its_write_back_ends_is_caught():
@@ -233,7 +254,7 @@ def test_on_random_steps_no_schedule_beats_the_least_time_bound(seed: int):
     for fraction in (0.8, 0.6, 0.4):
         limit = int(peak * fraction)
         least = bound.least_step_ms(trace, GPU, limit, set())
-        for horizon in clairvoyant.HORIZONS_MS + ("planned",):
+        for horizon in clairvoyant.HORIZONS_MS + clairvoyant.EVICTION_RULES:
             # The memory model raises AssertionError if the schedule overdraws the limit;
             # check_schedule checks it on its own.
             events: list[tuple] = []
@@ -261,7 +282,7 @@ def test_on_small_real_models_every_schedule_could_run(spec):
     for fraction in (2, 4):
         limit = trace.steady_peak_bytes() // fraction
         least = bound.least_step_ms(trace, gpu, limit, first_only)
-        for horizon in clairvoyant.HORIZONS_MS + ("planned",):
+        for horizon in clairvoyant.HORIZONS_MS + clairvoyant.EVICTION_RULES:
             events: list[tuple] = []
             found = play(trace, gpu, limit, first_only, horizon, events)
             if found is not None:
