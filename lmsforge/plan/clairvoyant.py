@@ -111,8 +111,9 @@ def schedule(trace: Trace, gpu: Profile, limit: int, first_step_only: set[int],
 
 @dataclass
 class _Plan:
-    """Belady's rule played without time, over STEPS steps: per position, the storages paged out
-    before its operator and those paged in for it, and the bytes on the device while it runs."""
+    """A planned schedule's decisions, made without time over STEPS steps: per position, the
+    storages paged out before its operator and those paged in for it, and the bytes on the
+    device while it runs."""
     evictions: list[list[int]]
     page_ins: list[list[int]]
     during: list[int]
@@ -224,15 +225,15 @@ def planned_schedule(trace: Trace, gpu: Profile, limit: int, first_step_only: se
             for _, sid, written in outs:
                 if written <= position and sid in run.dirty and sid in run.on_device:
                     run.write_back(sid)
-            first_due = _page_in_as_planned(run, plan, position, max(first_due, position + 1),
-                                       ahead, issued)
+            first_due = _page_in_as_planned(run, plan, position,
+                                            max(first_due, position + 1), ahead, issued)
     return Schedule(step_ms=run.now - started, bytes_out=run.bytes_out - moved[0],
                     bytes_in=run.bytes_in - moved[1], horizon_ms=0.0,
                     policy="planned" if rule == "furthest" else "planned-by-size")
 
 
 def _page_in_as_planned(run: Device, plan: _Plan, position: int, due: int, ahead: list[int],
-                   issued: set[tuple[int, int]]) -> int:
+                        issued: set[tuple[int, int]]) -> int:
     """Issues the plan's page-ins from position DUE on, in order, after POSITION ran, while each
     fits beside the plan (and the page-ins issued early) at every position until it is needed;
     returns the first position with one left."""
