@@ -19,10 +19,11 @@ simulator's calibrated link at the profile's rates):
   least any schedule of the step can take under the limit, with the least traffic (page-outs
   before the peak, page-ins after it).
 
-Each row's `clairvoyant` entry is clairvoyant.best_schedule under the same limit: the faster of
-two schedules that know the step's future (`policy`: "ahead" or "planned"), played on a
-byte-counted model of the device (no allocator, no fragmentation). Between it and the replay lies what a policy that knew the order of uses could
-win; between it and the least time, what is left to the bound's looseness or a better schedule.
+Each row's `clairvoyant` entry is clairvoyant.best_schedule under the same limit: the fastest
+schedule that knows the step's future (`policy`: "ahead", "planned" or "planned-by-size"),
+played on a byte-counted model of the device (no allocator, no fragmentation). Between it and
+the replay lies what a policy that knew the order of uses could win; between it and the least
+time, what is left to the bound's looseness or a better schedule.
 
 Each row's `tuned` entry is what `lmsforge plan` would recommend under that limit: the other
 settings of tune.CANDIDATES replayed the same way, tune.choose's pick, its step and least-time
