@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 
 from lmsforge.verify.tensorflow_tf.toolchain import (CXX, GPU_DEFINES, WHEEL_FLAGS, Paths,
-                                                     include_flags)
+                                                     compile_cached, include_flags)
 
 GPU_PREFIXES = ("tensorflow/core/common_runtime/gpu/", "tensorflow/compiler/xla/stream_executor/")
 PYTHON_PREFIXES = ("tensorflow/python/",)
@@ -107,7 +107,7 @@ def byte_compile(tree: Path, touched: Sequence[str]) -> list[tuple[str, str]]:
 
 def _compile_one(unit: Unit, paths: Paths, objects: Path) -> Compiled:
     start = time.monotonic()
-    proc = subprocess.run(command(unit, paths, objects), capture_output=True, text=True)
+    proc = compile_cached(command(unit, paths, objects), paths)
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     first = errors[0] if errors else (proc.stderr.strip().splitlines() or [""])[-1]
     return Compiled(unit, proc.returncode == 0, time.monotonic() - start,

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 
 from lmsforge.errors import CheckFailed
-from lmsforge.verify.tensorflow_tf.toolchain import CXX, WHEEL_FLAGS, Paths, include_flags
+from lmsforge.verify.tensorflow_tf.toolchain import (CXX, WHEEL_FLAGS, Paths, compile_cached,
+                                                     include_flags)
 
 LMS_DIR = "tensorflow/tsl/framework/lms"
 FRAMEWORK_DIR = "tensorflow/core/framework"
@@ -111,7 +112,7 @@ def compile_source(source: str, paths: Paths, out: Path) -> subprocess.Completed
         path.write_text(TENSOR_WITHOUT_REGISTRATION)
     cmd = [CXX, *WHEEL_FLAGS, "-O1", "-g", *include_flags(paths), "-c", str(path), "-o",
            str(_object(objects, source))]
-    return subprocess.run(cmd, capture_output=True, text=True)
+    return compile_cached(cmd, paths, wrappers=out)
 
 
 def link(program: Program, library_dir: Path, out: Path, log: Path) -> Path:

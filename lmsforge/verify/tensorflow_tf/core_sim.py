@@ -40,7 +40,7 @@ from lmsforge.verify.pytorch_c10.sim_level import BenchRun
 from lmsforge.verify.pytorch_c10.sim_seeds import SeedRun
 from lmsforge.verify.tensorflow_tf import compile_units, core_cpu, layout_audit
 from lmsforge.verify.tensorflow_tf.toolchain import (CXX, GPU_DEFINES, WHEEL_FLAGS, Paths,
-                                                     include_flags)
+                                                     compile_cached, include_flags)
 
 LEVEL = "core-sim"
 # lmsforge/sim, the simulator's CMake project (a folder of C++, not imported).
@@ -109,7 +109,7 @@ def command(source: str, paths: Paths, objects: Path) -> list[str]:
 
 def compile_unit(source: str, paths: Paths, objects: Path) -> subprocess.CompletedProcess[str]:
     objects.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(command(source, paths, objects), capture_output=True, text=True)
+    return compile_cached(command(source, paths, objects), paths, wrappers=objects)
 
 
 def object_path(objects: Path, source: str) -> Path:

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from lmsforge.cache import default_cache_dir
 from lmsforge.errors import LmsforgeError
+from lmsforge.verify import object_cache
 from lmsforge.verify.tensorflow_tf import inputs
 
 CXX = "g++"
@@ -79,6 +80,17 @@ class Paths(NamedTuple):
     wheel_include: Path
     generated: Path  # protoc output
     shim: Path  # stand-ins for headers the wheel lacks (cuDNN's version, LLVM's SmallVector)
+
+
+def compile_cached(cmd: list[str], paths: Paths,
+                   wrappers: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a compile command of the levels through the object cache shared by every tree and
+    run (object_cache.py), with this level's folders named by role; WRAPPERS is the folder of
+    a generated wrapper source (tensor.cc's), if the unit is one."""
+    roots = {paths.tree: "tree", paths.generated: "generated", paths.shim: "shim"}
+    if wrappers is not None:
+        roots[wrappers] = "wrappers"
+    return object_cache.compile_unit(cmd, roots, default_cache_dir())
 
 
 def include_flags(paths: Paths, *, gpu: bool = False, python: bool = False) -> list[str]:
