@@ -19,6 +19,10 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Each test gets its own cache and no inherited lmsforge settings."""
     cache = tmp_path / "cache"
     monkeypatch.setenv("LMSFORGE_CACHE_DIR", str(cache))
+    # Compiled objects are the exception: keyed on content (lmsforge/verify/object_cache.py),
+    # they are shared by every test, so a tree built by one test is not compiled again by the
+    # next.
+    monkeypatch.setenv("LMSFORGE_OBJECT_CACHE_DIR", str(real_test_cache() / "objects"))
     monkeypatch.delenv("LMSFORGE_PATCHES_DIR", raising=False)
     return cache
 

@@ -179,18 +179,14 @@ def _core_sim(ctx: LevelContext) -> LevelResult:
             work / "sim", cuda_root,
             inputs.include_dir(unpacked) / "third_party" / "gpus" / "cuda" / "include", log,
             ctx.jobs)
-        todo = core_sim.reuse_compiled(units, paths, objects, _paths(ctx, "compile"),
-                                       ctx.work_dir / "compile" / "obj")
-        core_sim.compile_all(todo, paths, objects, log, ctx.jobs)
+        core_sim.compile_all(units, paths, objects, log, ctx.jobs)
         ctx.say("core-sim: auditing the layouts the program shares with the framework library")
         audit = layout_audit.audit(
             paths, library, work / "audit", core_sim.changed_headers(
                 touched_files(ctx, "M"), generated, paths),
             [core_sim.object_path(objects, unit) for unit in units],
             inputs.wheels_dir(cache_root) / f"tensorflow-{inputs.TF_VERSION}-audit")
-        facts: dict[str, object] = {"tus": len(units), "tus_compiled": len(todo),
-                                    "tus_from_compile_level": len(units) - len(todo),
-                                    "audit": audit.facts(),
+        facts: dict[str, object] = {"tus": len(units), "audit": audit.facts(),
                                     "audit_summary": audit.detail}
         if not audit.ok:
             return LevelResult("core-sim", FAIL, detail=f"layout audit: {audit.detail}",

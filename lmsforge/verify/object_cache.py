@@ -21,7 +21,8 @@ Only successes are stored (an object, or a passed ``-fsyntax-only`` check, with 
 warnings); a failing unit is compiled again each time, so its errors are always fresh. Entries
 appear by atomic rename, so concurrent compiles never see half an object. The folder is kept
 under ``MAX_BYTES`` by removing the least recently used entries. ``LMSFORGE_OBJECT_CACHE=off``
-compiles everything afresh.
+compiles everything afresh; ``LMSFORGE_OBJECT_CACHE_DIR`` moves the folder from ``<cache>/objects``
+(the test suite points it at one folder for all its tests, whose caches are otherwise their own).
 """
 
 from __future__ import annotations
@@ -33,12 +34,18 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 from typing import Mapping, Sequence
 
 MAX_BYTES = 3 << 30
 KEEP_BYTES = 2 << 30
+# Listing the whole folder costs a stat per file: a process prunes after its first store and then
+# once per PRUNE_EVERY_BYTES it stored, so the folder overshoots MAX_BYTES by at most that much
+# per process running.
+PRUNE_EVERY_BYTES = 256 << 20
 DISABLE_ENV = "LMSFORGE_OBJECT_CACHE"
+FOLDER_ENV = "LMSFORGE_OBJECT_CACHE_DIR"
 # Modes of a command we can cache, and what its entry holds.
 OBJECT, SYNTAX = "-c", "-fsyntax-only"
 
@@ -51,7 +58,7 @@ def compile_unit(cmd: Sequence[str], roots: Mapping[Path, str],
     warnings it printed then)."""
     mapped = with_prefix_maps(cmd, roots)
     mode = OBJECT if OBJECT in mapped else SYNTAX if SYNTAX in mapped else None
-    folder = None if cache_dir is None else cache_dir / "objects"
+    folder = None if cache_dir is None else objects_folder(cache_dir)
     if mode is None or folder is None or os.environ.get(DISABLE_ENV, "").lower() == "off":
         return _run(mapped)
     key = _key(mapped, mode, roots)
@@ -65,6 +72,12 @@ def compile_unit(cmd: Sequence[str], roots: Mapping[Path, str],
     if proc.returncode == 0 and (output is None or output.is_file()):
         _store(folder, key, output, _normalised(proc.stderr.encode(), roots).decode())
     return proc
+
+
+def objects_folder(cache_dir: Path) -> Path:
+    """Where the objects of the lmsforge cache CACHE_DIR are kept."""
+    moved = os.environ.get(FOLDER_ENV)
+    return Path(moved) if moved else cache_dir / "objects"
 
 
 def with_prefix_maps(cmd: Sequence[str], roots: Mapping[Path, str]) -> list[str]:
@@ -150,11 +163,25 @@ def _store(folder: Path, key: str, output: Path | None, warnings: str) -> None:
         if output is not None:
             shutil.copyfile(output, staging / "object.o")
         (staging / "stderr").write_text(warnings)
+        stored = sum(f.stat().st_size for f in staging.iterdir())
         os.rename(staging, entry)
     except OSError:  # another process stored it first, or the disk is full
         shutil.rmtree(staging, ignore_errors=True)
         return
-    _prune(folder)
+    if _due_for_pruning(stored):
+        _prune(folder)
+
+
+_unpruned_bytes: int | None = None  # stored by this process since it last pruned; None: never
+_unpruned_lock = threading.Lock()  # the levels compile on a thread pool
+
+
+def _due_for_pruning(stored: int) -> bool:
+    global _unpruned_bytes
+    with _unpruned_lock:
+        due = _unpruned_bytes is None or _unpruned_bytes + stored >= PRUNE_EVERY_BYTES
+        _unpruned_bytes = 0 if due else _unpruned_bytes + stored
+    return due
 
 
 def _prune(folder: Path) -> None:

@@ -19,6 +19,12 @@ int main() { std::printf("%d %s\\n", VALUE, __FILE__); return 0; }
 """
 
 
+@pytest.fixture(autouse=True)
+def own_objects_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests look into the cache they name, not the suite's shared objects folder."""
+    monkeypatch.delenv(object_cache.FOLDER_ENV, raising=False)
+
+
 def _tree(root: Path, value: int = 1) -> Path:
     (root / "src").mkdir(parents=True)
     (root / "src" / "main.cc").write_text(MAIN)
@@ -171,6 +177,7 @@ def test_the_least_recently_used_go_first_past_the_size_cap(
     # Room for two entries: a third store prunes the least recently used one.
     monkeypatch.setattr(object_cache, "MAX_BYTES", 2 * size + size // 2)
     monkeypatch.setattr(object_cache, "KEEP_BYTES", 2 * size + size // 4)
+    monkeypatch.setattr(object_cache, "PRUNE_EVERY_BYTES", 0)
     old = os.stat(cache).st_mtime - 100
     for key in stored.values():
         os.utime(cache / "objects" / key[:2] / key, (old, old))
@@ -179,3 +186,30 @@ def test_the_least_recently_used_go_first_past_the_size_cap(
     _compile(tree, cache, extra=("-DWHICH=C",))
     assert stored["A"] in _keys(cache) and stored["B"] not in _keys(cache)
     assert len(_keys(cache)) == 2
+
+
+def test_a_process_prunes_once_per_share_of_bytes_it_stored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    tree = _tree(tmp_path / "one")
+    _compile(tree, cache, extra=("-DWHICH=A",))
+    entry_bytes = sum(f.stat().st_size for f in (cache / "objects").rglob("*") if f.is_file())
+    # Room for one entry; this process pruned at its first store and stored nothing since.
+    monkeypatch.setattr(object_cache, "MAX_BYTES", entry_bytes + entry_bytes // 2)
+    monkeypatch.setattr(object_cache, "KEEP_BYTES", entry_bytes + entry_bytes // 4)
+    monkeypatch.setattr(object_cache, "_unpruned_bytes", 0)
+    monkeypatch.setattr(object_cache, "PRUNE_EVERY_BYTES", entry_bytes + entry_bytes // 2)
+    _compile(tree, cache, extra=("-DWHICH=B",))
+    assert len(_keys(cache)) == 2  # over the cap, but not yet a share stored: no listing
+    _compile(tree, cache, extra=("-DWHICH=C",))
+    assert len(_keys(cache)) == 1  # the share is reached: pruned to under KEEP_BYTES
+
+
+def test_the_folder_can_be_moved_out_of_the_cache(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    moved = tmp_path / "elsewhere"
+    monkeypatch.setenv(object_cache.FOLDER_ENV, str(moved))
+    cache = tmp_path / "cache"
+    assert _compile(_tree(tmp_path / "one"), cache).returncode == 0
+    assert not (cache / "objects").exists()
+    assert len([e for e in moved.glob("*/*") if not e.name.startswith(".")]) == 1

@@ -11,6 +11,7 @@ from typing import NamedTuple, Sequence
 
 from lmsforge import bundled
 from lmsforge.errors import CheckFailed, LmsforgeError
+from lmsforge.verify import cache_launcher
 from lmsforge.verify.cmake_cache import forget_foreign_configuration
 from lmsforge.verify.levels import Timer
 from lmsforge.verify.pytorch_c10 import inputs
@@ -86,7 +87,11 @@ def build(tree: Path, build_dir: Path, targets: Sequence[str], *, cache_root: Pa
     inputs.ensure_debian_packages()
     configure = ["cmake", "-G", "Ninja", "-S", CMAKE_DIR, "-B", build_dir,
                  f"-DTORCH_SRC={tree.resolve()}", "-DCMAKE_BUILD_TYPE=Release",
-                 f"-DLMS_BUILD_CUDA={'ON' if cuda else 'OFF'}"]
+                 f"-DLMS_BUILD_CUDA={'ON' if cuda else 'OFF'}",
+                 # Every tree and build folder of the same content shares its objects: the
+                 # harnesses' copies and the mutants' worktrees compile only what differs.
+                 "-DCMAKE_CXX_COMPILER_LAUNCHER=" + ";".join(cache_launcher.launcher_words(
+                     cache_root, {"tree": tree, "build": build_dir}))]
     if cuda:
         # Named explicitly: a root made from wheels has no nvcc for CMake to start from, and a
         # build folder configured against another root must not keep that root's paths.

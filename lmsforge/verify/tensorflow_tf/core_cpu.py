@@ -112,7 +112,7 @@ def compile_source(source: str, paths: Paths, out: Path) -> subprocess.Completed
         path.write_text(TENSOR_WITHOUT_REGISTRATION)
     cmd = [CXX, *WHEEL_FLAGS, "-O1", "-g", *include_flags(paths), "-c", str(path), "-o",
            str(_object(objects, source))]
-    return compile_cached(cmd, paths, wrappers=out)
+    return compile_cached(cmd, paths, wrappers=out if source == TENSOR_SOURCE else None)
 
 
 def link(program: Program, library_dir: Path, out: Path, log: Path) -> Path:

@@ -38,7 +38,7 @@ from lmsforge.verify.levels import FAIL, PASS, LevelResult
 from lmsforge.verify.pytorch_c10 import sim_level, sim_seeds
 from lmsforge.verify.pytorch_c10.sim_level import BenchRun
 from lmsforge.verify.pytorch_c10.sim_seeds import SeedRun
-from lmsforge.verify.tensorflow_tf import compile_units, core_cpu, layout_audit
+from lmsforge.verify.tensorflow_tf import core_cpu, layout_audit
 from lmsforge.verify.tensorflow_tf.toolchain import (CXX, GPU_DEFINES, WHEEL_FLAGS, Paths,
                                                      compile_cached, include_flags)
 
@@ -109,41 +109,14 @@ def command(source: str, paths: Paths, objects: Path) -> list[str]:
 
 def compile_unit(source: str, paths: Paths, objects: Path) -> subprocess.CompletedProcess[str]:
     objects.mkdir(parents=True, exist_ok=True)
-    return compile_cached(command(source, paths, objects), paths, wrappers=objects)
+    # Only tensor.cc's wrapper lives in OBJECTS; every other unit's command is the `compile`
+    # level's, so the cache gives this level the objects that level built.
+    wrappers = objects if source == core_cpu.TENSOR_SOURCE else None
+    return compile_cached(command(source, paths, objects), paths, wrappers=wrappers)
 
 
 def object_path(objects: Path, source: str) -> Path:
     return objects / (source.strip("/").replace("/", "__") + ".o")
-
-
-def reuse_compiled(units: Sequence[str], paths: Paths, objects: Path, compiled: Paths,
-                   compiled_objects: Path) -> list[str]:
-    """Copies the `compile` level's object of each unit it compiled with this level's very command
-    (the GPU units: same flags; its regenerated protos and shims have the same contents) after
-    the unit's source last changed; returns the units still to compile."""
-    objects.mkdir(parents=True, exist_ok=True)
-    todo = []
-    for unit in units:
-        planned = [] if Path(unit).is_absolute() else compile_units.plan([unit])
-        if not planned:
-            todo.append(unit)
-            continue
-        source, old = paths.tree / unit, compile_units.object_path(compiled_objects, unit)
-        same = _normalised(compile_units.command(planned[0], compiled, compiled_objects),
-                           compiled) == _normalised(command(unit, paths, objects), paths)
-        if same and old.is_file() and source.is_file() and \
-                old.stat().st_mtime > source.stat().st_mtime:
-            shutil.copyfile(old, object_path(objects, unit))
-        else:
-            todo.append(unit)
-    return todo
-
-
-def _normalised(cmd: Sequence[str], paths: Paths) -> list[str]:
-    """A compile command with the level's own folders and its output named alike."""
-    words = list(cmd[:cmd.index("-o")]) if "-o" in cmd else list(cmd)
-    return [word.replace(str(paths.generated), "<generated>").replace(str(paths.shim), "<shim>")
-            for word in words]
 
 
 def compile_all(units: Sequence[str], paths: Paths, objects: Path, log: Path, jobs: int) -> None:
