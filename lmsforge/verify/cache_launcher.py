@@ -23,7 +23,11 @@ from lmsforge.verify import object_cache
 
 def launcher_words(cache_root: Path, roots: dict[str, Path]) -> list[str]:
     """The words that go before the compiler in CMAKE_CXX_COMPILER_LAUNCHER."""
-    words = [sys.executable, "-m", __name__, "--cache", str(cache_root)]
+    # Ninja runs it in the build folder: the folder lmsforge is imported from goes first on
+    # PYTHONPATH, so that a source checkout that was never installed works too.
+    package_root = Path(__file__).resolve().parents[2]
+    words = ["env", f"PYTHONPATH={package_root}", sys.executable, "-m", __name__,
+             "--cache", str(cache_root)]
     for name, root in roots.items():
         words += ["--root", f"{name}={root.resolve()}"]
     return [*words, "--"]
