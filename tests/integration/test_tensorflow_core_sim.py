@@ -67,8 +67,7 @@ EXPECTED_FAILURES = {
     # queued on its memory; a buffer a kernel holds is never a guess.
     # (A race: RACE_WITNESSES says which tests may lose it.)
     "tensorflow-v2.14.1-sim/first-use-of-a-guess-does-not-wait.patch": set(),
-    "tensorflow-v2.14.1-sim/unused-guess-freed-before-its-copy.patch": {
-        "GpuLmsPrefetchTest.ReclaimTakesTheLatestGuessBackWithoutACopy"},
+    "tensorflow-v2.14.1-sim/unused-guess-freed-before-its-copy.patch": set(),
     "tensorflow-v2.14.1-sim/copy-in-ahead-does-not-wait-for-compute.patch": {
         "GpuLmsPrefetchTest.ACopyInAheadWaitsForTheKernelsQueuedOnItsMemory",
         "GpuLmsTest.RandomKernelSequencesKeepEveryByte"},
@@ -97,6 +96,12 @@ RACE_WITNESSES = {
         "GpuLmsPrefetchTest.TheFirstUseOfAGuessWaitsForItsCopy",
         "GpuLmsTest.EachGpuPagesInAheadOnlyItsOwnBuffers",
         "GpuLmsTest.RandomKernelSequencesKeepEveryByte"},
+    # The abandoned guess's copy in and the next owner's write race the same way. Both tests lost
+    # it under seeds 1 and 2 on this machine; in a CI run on 2026-11-30 ReclaimTakes... won it
+    # under one seed while AGuessFreedUnused... lost it (it was required alone until then).
+    "tensorflow-v2.14.1-sim/unused-guess-freed-before-its-copy.patch": {
+        "GpuLmsPrefetchTest.AGuessFreedUnusedNeverLandsOnTheMemorysNextOwner",
+        "GpuLmsPrefetchTest.ReclaimTakesTheLatestGuessBackWithoutACopy"},
     # The copy out and the next owner's write both wait for the compute stream's same position.
     # ReclaimOfAPageOutAheadWaitsForItsCopy repeats that race six times and lost it under each
     # of seeds 1-5; the fuzzer lost it under 3 of them.
