@@ -110,7 +110,7 @@ def schedule(trace: Trace, gpu: Profile, limit: int, first_step_only: set[int],
 
 
 @dataclass
-class _Plan:
+class BeladyPlan:
     """A planned schedule's decisions, made without time over STEPS steps: per position, the
     storages paged out before its operator and those paged in for it, and the bytes on the
     device while it runs."""
@@ -135,14 +135,14 @@ def _eviction_key(run: Device, rule: str, position: int):
                         sid)
 
 
-def _belady_plan(run: Device, rule: str) -> _Plan:
+def belady_plan(run: Device, rule: str) -> BeladyPlan:
     """RUN's decisions when each operator pages out, just before it runs, the storages that
     RULE (EVICTION_RULES) ranks first until its operands fit; RUN has only placed the
     persistent storages (start_step_one)."""
     count, limit, sizes = len(run.ops), run.memory.limit, run.sizes
     on_device, on_host = set(run.on_device), set(run.on_host)
     used = run.memory.final()
-    plan = _Plan([], [], [])
+    plan = BeladyPlan([], [], [])
     for position in range(STEPS * count):
         op, operands = run.ops[position % count], run.operands[position % count]
         coming = sorted(sid for sid in operands if sid not in on_device)
@@ -179,7 +179,7 @@ def planned_schedule(trace: Trace, gpu: Profile, limit: int, first_step_only: se
                      events: list[tuple] | None = None,
                      rule: str = "furthest") -> Schedule | None:
     """The second clairvoyant schedule: decisions made on demand first, without time
-    (_belady_plan: before each operator, page out what RULE ranks first until its operands fit),
+    (belady_plan: before each operator, page out what RULE ranks first until its operands fit),
     then played with every copy as early as it can go:
 
     - what the plan pages out is written back to the host as soon as its data is final (no
@@ -195,7 +195,7 @@ def planned_schedule(trace: Trace, gpu: Profile, limit: int, first_step_only: se
         run.events = events
     run.start_step_one()
     try:
-        plan = _belady_plan(run, rule)
+        plan = belady_plan(run, rule)
     except DoesNotFit:
         return None
     count, total = len(run.ops), len(plan.during)
@@ -232,7 +232,7 @@ def planned_schedule(trace: Trace, gpu: Profile, limit: int, first_step_only: se
                     policy="planned" if rule == "furthest" else "planned-by-size")
 
 
-def _page_in_as_planned(run: Device, plan: _Plan, position: int, due: int, ahead: list[int],
+def _page_in_as_planned(run: Device, plan: BeladyPlan, position: int, due: int, ahead: list[int],
                         issued: set[tuple[int, int]]) -> int:
     """Issues the plan's page-ins from position DUE on, in order, after POSITION ran, while each
     fits beside the plan (and the page-ins issued early) at every position until it is needed;

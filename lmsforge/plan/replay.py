@@ -101,6 +101,9 @@ class Replayed:
     # Every replayed step's time and memory_stats() figures, the first (warm-up) included.
     step_ms_each: list[float] = field(default_factory=list)
     stats_each: list[dict[str, int]] = field(default_factory=list)
+    # With a plan of moves (--plan): how many page-outs and page-ins it asked LMS for and how
+    # many LMS started, over every step.
+    planned_moves: dict[str, int] = field(default_factory=dict)
 
     @property
     def bytes_out(self) -> int:
@@ -140,7 +143,8 @@ def parse_result(data: dict, alloc_conf: str) -> Replayed:
                     reserved_after_op=[int(v) for v in data.get("reserved_after_op", [])],
                     data_ok=bool(data["data_ok"]),
                     step_ms_each=[float(step["step_ms"]) for step in steps],
-                    stats_each=[dict(step["memory_stats"]) for step in steps])
+                    stats_each=[dict(step["memory_stats"]) for step in steps],
+                    planned_moves={k: int(v) for k, v in data.get("planned_moves", {}).items()})
 
 
 def sim_env(device_memory: int, calibration: Path, alloc_conf: str,
@@ -159,16 +163,18 @@ def sim_env(device_memory: int, calibration: Path, alloc_conf: str,
 
 
 def run(program: Path, script: Path, work: Path, *, device_memory: int, calibration: Path,
-        alloc_conf: str, name: str, seed: int = 0) -> Replayed:
+        alloc_conf: str, name: str, seed: int = 0, plan: Path | None = None) -> Replayed:
     """One replay of SCRIPT's step STEPS times on a device of DEVICE_MEMORY bytes with
-    PYTORCH_CUDA_ALLOC_CONF set to ALLOC_CONF; its JSON and log are WORK/NAME.json and .log."""
+    PYTORCH_CUDA_ALLOC_CONF set to ALLOC_CONF; its JSON and log are WORK/NAME.json and .log.
+    PLAN: a plan of moves (lmsforge.plan.played_plan) played from the second step on."""
     out = work / f"{name}.json"
     log = work / f"{name}.log"
     out.unlink(missing_ok=True)
     with log.open("w") as sink:
         try:
-            proc = subprocess.run([str(program), "--script", str(script), "--out", str(out),
-                                   "--steps", str(STEPS)], stdout=sink, stderr=subprocess.STDOUT,
+            command = [str(program), "--script", str(script), "--out", str(out),
+                       "--steps", str(STEPS)] + (["--plan", str(plan)] if plan else [])
+            proc = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT,
                                   env=sim_env(device_memory, calibration, alloc_conf, seed),
                                   timeout=REPLAY_TIMEOUT_S)
         except subprocess.TimeoutExpired:

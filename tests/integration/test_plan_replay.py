@@ -22,7 +22,7 @@ import torch
 
 from fixtures import lmsforge
 from lmsforge.options import Options
-from lmsforge.plan import replay
+from lmsforge.plan import played_plan, replay
 from lmsforge.plan.profiles import profile
 from lmsforge.plan.trace import trace_step
 from lmsforge.plan.trace_format import Op, Storage, Trace
@@ -214,3 +214,43 @@ def test_bad_input_to_the_replay_program_is_one_line(program, tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "is not an lmsforge replay script (version 1)" in proc.stderr
+
+
+def test_a_played_plan_moves_what_it_names_and_keeps_every_byte(program, tmp_path):
+    # The chain under 192 MiB with LMS's policies ahead off (sync mode 3): on demand alone it
+    # pages 5 storages in, each when its operator needs it (the test above). A plan from the
+    # trace (lmsforge.plan.played_plan) names the page-outs after each storage's last forward
+    # use and the page-ins ahead of backward; LMS starts them, the page-ins are used before
+    # anything reclaims them (prefetch hits), and every byte checks under the simulator's
+    # adversarial delays.
+    trace = chain()
+    limit = 192 * MiB
+    script, calibration = tmp_path / "replay.txt", tmp_path / "calibration.txt"
+    replay.write_script(trace, "h100-pcie", script)
+    calibration.write_text(replay.calibration_text(profile("h100-pcie")))
+    moves = played_plan.make(trace, profile("h100-pcie"), limit,
+                             replay.first_step_only(trace), page_in_lead=60)
+    assert moves.outs and moves.ins
+    moves.write(tmp_path / "moves.txt")
+    played = replay.run(program, script, tmp_path, device_memory=1 << 30,
+                        calibration=calibration, alloc_conf=f"{ON_DEMAND},lms_swapin_ahead:0",
+                        name="played", seed=3, plan=tmp_path / "moves.txt")
+    assert played.completed and played.data_ok and played.peak_allocated <= limit
+    counts = played.planned_moves
+    # Asked in every step after the first (replay.STEPS - 1 of them).
+    assert counts["page_outs_asked"] == (replay.STEPS - 1) * sum(map(len, moves.outs.values()))
+    assert counts["page_ins_asked"] == (replay.STEPS - 1) * sum(map(len, moves.ins.values()))
+    assert counts["page_outs_started"] > 0 and counts["page_ins_started"] > 0
+    # In the reported step, the planned page-ins were there when their operators came.
+    assert played.stats["prefetched"] > 0
+    assert played.stats["prefetch_hits"] == played.stats["prefetched"]
+    assert played.stats["prefetch_misses"] < 5
+
+    bad = tmp_path / "bad-moves.txt"
+    bad.write_text("out 3 4\nsideways 2 1\n")
+    proc = subprocess.run([str(program), "--script", str(script), "--out",
+                           str(tmp_path / "o.json"), "--plan", str(bad)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "line 2: expected 'out OP STORAGE...' or 'in OP STORAGE...'" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

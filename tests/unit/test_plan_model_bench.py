@@ -4,7 +4,12 @@ one-line summary (lmsforge/plan/model_bench.py). The replays themselves run in t
 
 from __future__ import annotations
 
-from lmsforge.plan import model_bench, replay, tune
+from pathlib import Path
+from types import SimpleNamespace
+
+from plan_steps import GPU, chain
+
+from lmsforge.plan import model_bench, played_plan, replay, tune
 
 
 def test_a_replay_reports_the_median_step_after_the_warm_up_with_its_own_figures():
@@ -19,18 +24,21 @@ def test_a_replay_reports_the_median_step_after_the_warm_up_with_its_own_figures
     assert replay.reported_step([])["step_ms"] == 0.0
 
 
-def test_the_summary_names_each_model_and_limit_with_the_tuned_and_clairvoyant_efficiency():
+def test_the_summary_names_each_model_and_limit_with_the_tuned_played_and_clairvoyant_efficiency():
     report = {"models": [
         {"model": "resnet50", "limits": [
             {"fraction": "1/2", "completed": True, "least_time_efficiency": 0.4227,
              "tuned": {"least_time_efficiency": 0.6012},
+             "played_plan": {"completed": True, "least_time_efficiency": 0.6833},
              "clairvoyant": {"completed": True, "least_time_efficiency": 0.7491}},
             {"fraction": "1/4", "completed": False}]},
         {"model": "unet3d", "limits": [
             {"fraction": "1/2", "completed": True, "least_time_efficiency": 0.45,
-             "tuned": {"least_time_efficiency": 0.51}, "clairvoyant": {"completed": False}}]}]}
-    assert model_bench.summary(report) == ("resnet50 1/2 0.42 (0.60, clairvoyant 0.75) 1/4 -; "
-                                           "unet3d 1/2 0.45 (0.51, clairvoyant -)")
+             "tuned": {"least_time_efficiency": 0.51}, "played_plan": {"completed": False},
+             "clairvoyant": {"completed": False}}]}]}
+    assert model_bench.summary(report) == (
+        "resnet50 1/2 0.42 (0.60, played plan 0.68, clairvoyant 0.75) 1/4 -; "
+        "unet3d 1/2 0.45 (0.51, played plan -, clairvoyant -)")
 
 
 def _replayed(conf: str, step_ms: float, completed: bool = True) -> replay.Replayed:
@@ -59,3 +67,28 @@ def test_the_tuned_setting_is_the_planners_pick_among_every_candidate():
     tie = model_bench._tuned(_replayed("lms:True,lms_limit:536870912", 100.0),
                              lambda settings, number: _replayed(settings, 99.5))
     assert (tie.alloc_conf, tie.step_ms) == ("lms:True", 100.0)
+
+
+def test_the_played_plan_is_the_fastest_lead_and_a_plan_that_cannot_fit_says_so(tmp_path):
+    trace = chain(4, 10_000)
+    plan = SimpleNamespace(first_step_only=set())
+    asked: list[int] = []
+
+    def replay_with(moves: Path, lead: int) -> replay.Replayed:
+        asked.append(lead)
+        assert moves.read_text().startswith("# lmsforge plan of moves")
+        ran = _replayed("played", {5: 30.0, 60: 20.0}.get(lead, 40.0))
+        ran.stats = {"prefetch_misses": lead, "paged_in_bytes": 10_000 * lead}
+        return ran
+
+    played = model_bench._played(trace, GPU, 25_000, plan, 15.0, replay_with, tmp_path, 2)
+    assert asked == list(played_plan.PAGE_IN_LEADS)
+    assert (played["page_in_lead"], played["step_ms"]) == (60, 20.0)
+    assert played["least_time_efficiency"] == 0.75
+    assert (played["prefetch_misses"], played["bytes_in"]) == (60, 600_000)
+    # Under 0.8 of 12000 B no operator that makes a 10000 B activation from another fits: no
+    # plan, and nothing replayed.
+    asked.clear()
+    nothing = model_bench._played(trace, GPU, 12_000, plan, 15.0, replay_with, tmp_path, 4)
+    assert nothing["completed"] is False and "needs" in nothing["problem"]
+    assert asked == []

@@ -17,6 +17,13 @@
 // the trace frees. Every step after the first replays the trace again: storages the trace
 // allocates and never frees (optimizer state) exist by then and are written instead.
 //
+// With --plan, a plan of moves made from the trace (lmsforge.plan.played_plan, format in
+// docs/plan-trace-format.md, "A plan of moves") is played from the second step on: before each
+// operator, the page-outs and page-ins it lists for that operator are asked of LMS by name
+// (c10::lms::page_out_planned, page_in_planned), as a policy that knew the order of uses
+// would. LMS refuses what it must not move (a storage in use, one already out); its own
+// policies still act on what the plan leaves.
+//
 // Output (JSON): per step its virtual time, bytes paged out and in, the LMS statistics under
 // torch.cuda.memory_stats() names, and for the last step the allocator's memory after each
 // operator. An allocation that fails ends the replay with the operator named (exit 0: running
@@ -295,11 +302,53 @@ std::vector<std::pair<std::string, int64_t>> step_stats(const DeviceStats& befor
   return s;
 }
 
+// Per operator id, the storages to page out and to page in before it runs.
+struct MovePlan {
+  std::unordered_map<int64_t, std::vector<int64_t>> out, in;
+};
+
+MovePlan read_plan(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw UsageError("cannot read the plan " + path);
+  }
+  MovePlan plan;
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    number += 1;
+    std::istringstream words(line);
+    std::string kind;
+    int64_t op = 0;
+    if (!(words >> kind) || kind[0] == '#') {
+      continue;
+    }
+    if ((kind != "out" && kind != "in") || !(words >> op)) {
+      throw UsageError(path + " line " + std::to_string(number) +
+                       ": expected 'out OP STORAGE...' or 'in OP STORAGE...'");
+    }
+    auto& storages = (kind == "out" ? plan.out : plan.in)[op];
+    int64_t id = 0;
+    while (words >> id) {
+      storages.push_back(id);
+    }
+  }
+  return plan;
+}
+
+// How many planned moves were asked for and how many LMS started.
+struct MoveCounts {
+  int64_t outs_asked = 0, outs_started = 0, ins_asked = 0, ins_started = 0;
+  int64_t ins_retried_started = 0;  // refused when asked, started before their use
+};
+
 class Replay {
  public:
-  explicit Replay(const Script& script) : script_(script) {
+  Replay(const Script& script, MovePlan plan) : script_(script), plan_(std::move(plan)) {
     stream_ = c10::cuda::getCurrentCUDAStream(0).stream();
   }
+
+  const MoveCounts& moves() const { return moves_; }
 
   // Runs one step; false when an allocation failed (oom_ then says where).
   bool step(int number, StepFigures* figures) {
@@ -323,6 +372,9 @@ class Replay {
           continue;
         }
         current = op.id;
+        if (number > 0) {
+          play_moves(op);
+        }
         run_op(op, number, figures);
       }
     } catch (const c10::OutOfMemoryError& error) {
@@ -375,6 +427,52 @@ class Replay {
   static std::string first_line(const char* text) {
     std::string line(text);
     return line.substr(0, line.find('\n'));
+  }
+
+  // The plan's moves before OP; a storage the step does not hold now is skipped. A page-in
+  // LMS refused (no room yet: page-outs still copying) is asked for again before each
+  // operator until its storage's use.
+  void play_moves(const Op& op) {
+    for (auto waiting = refused_ins_.begin(); waiting != refused_ins_.end();) {
+      auto live = live_.find(*waiting);
+      if (live == live_.end() || live->second.storage->lms() == nullptr ||
+          live->second.storage->lms()->state() != c10::lms::State::kReclaimed) {
+        waiting = refused_ins_.erase(waiting);  // freed, or paged in by now
+      } else if (c10::lms::page_in_planned(*live->second.storage)) {
+        moves_.ins_retried_started += 1;
+        waiting = refused_ins_.erase(waiting);
+      } else {
+        ++waiting;
+      }
+    }
+    auto asked = [&](const std::unordered_map<int64_t, std::vector<int64_t>>& moves,
+                     bool page_out) {
+      auto found = moves.find(op.id);
+      if (found == moves.end()) {
+        return;
+      }
+      for (int64_t id : found->second) {
+        auto live = live_.find(id);
+        if (live == live_.end()) {
+          continue;
+        }
+        c10::StorageImpl& storage = *live->second.storage;
+        if (page_out) {
+          moves_.outs_asked += 1;
+          moves_.outs_started += c10::lms::page_out_planned(storage) ? 1 : 0;
+        } else {
+          moves_.ins_asked += 1;
+          if (c10::lms::page_in_planned(storage)) {
+            moves_.ins_started += 1;
+          } else if (storage.lms() != nullptr &&
+                     storage.lms()->state() == c10::lms::State::kReclaimed) {
+            refused_ins_.push_back(id);
+          }
+        }
+      }
+    };
+    asked(plan_.out, true);
+    asked(plan_.in, false);
   }
 
   void create(int64_t id, size_t bytes) {
@@ -485,6 +583,9 @@ class Replay {
   }
 
   const Script& script_;
+  MovePlan plan_;
+  MoveCounts moves_;
+  std::vector<int64_t> refused_ins_;  // planned page-ins to ask for again
   cudaStream_t stream_ = nullptr;
   std::unordered_map<int64_t, Live> live_;
   std::atomic<int64_t> mismatches_{0};
@@ -509,6 +610,7 @@ int run(int argc, char** argv) {
             "LMS and its settings come from PYTORCH_CUDA_ALLOC_CONF, as for a user.");
   args.option("script", "", "replay script to read (required)");
   args.option("out", "", "JSON file to write (required)");
+  args.option("plan", "", "plan of moves to play from the second step on (optional)");
   args.option("steps", "2",
               "steps to replay, each reported (lmsforge reports the median after the first)");
   if (!args.parse(argc, argv)) {
@@ -526,7 +628,7 @@ int run(int argc, char** argv) {
   Caching::init(c10::cuda::device_count());
   c10::cuda::set_device(0);
 
-  Replay replay(script);
+  Replay replay(script, args.get("plan").empty() ? MovePlan() : read_plan(args.get("plan")));
   std::vector<StepFigures> done;
   bool completed = true;
   for (int number = 0; number < steps && completed; ++number) {
@@ -576,6 +678,14 @@ int run(int argc, char** argv) {
     write_series(json, "allocated_after_op", done.back().allocated);
     write_series(json, "reserved_after_op", done.back().reserved);
   }
+  json.begin_object("planned_moves");
+  json.field("page_outs_asked", static_cast<long long>(replay.moves().outs_asked));
+  json.field("page_outs_started", static_cast<long long>(replay.moves().outs_started));
+  json.field("page_ins_asked", static_cast<long long>(replay.moves().ins_asked));
+  json.field("page_ins_started", static_cast<long long>(replay.moves().ins_started));
+  json.field("page_ins_started_later",
+             static_cast<long long>(replay.moves().ins_retried_started));
+  json.end_object();
   json.field("data_checked", completed);
   json.field("mismatches", static_cast<long long>(replay.mismatches()));
   json.field("data_ok", replay.mismatches() == 0);
