@@ -120,10 +120,12 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
                    tuned={"alloc_conf": tuned.alloc_conf, "step_ms": round(tuned.step_ms, 3),
                           "least_time_efficiency": round(least / tuned.step_ms, 4)})
         row["clairvoyant"] = _clairvoyant(traced, gpu, limit, plan, least)
-        row["played_plan"] = _played(traced, gpu, limit, plan, least, lambda moves, lead: replay.run(
-            program, script, work, device_memory=room, calibration=calibration,
-            alloc_conf=f"{PLAYED_ALLOC_CONF},lms_limit:{limit}",
-            name=f"played-1of{fraction}-lead{lead}", seed=SEED, plan=moves), work, fraction)
+        row["played_plan"] = _played(
+            traced, gpu, limit, plan, least, lambda moves, lead: replay.run(
+                program, script, work, device_memory=room, calibration=calibration,
+                alloc_conf=f"{PLAYED_ALLOC_CONF},lms_limit:{limit}",
+                name=f"played-1of{fraction}-lead{lead}", seed=SEED, plan=moves),
+            work, fraction)
         rows.append(row)
     return {"model": name, "input": step.input, "batch": step.batch,
             "operators": len(traced.ops), "peak_without_lms_bytes": peak,
