@@ -31,6 +31,13 @@ prefetch off, each of played_plan.PAGE_IN_LEADS tried and the fastest kept, data
 the simulator's adversarial delays): what a recorded-order policy in the series would reach
 with today's moves, measured rather than modelled.
 
+Each row's `recorded` entry is LMS's own recorded-order policy (the series' step recorder,
+`c10::cuda::lms::mark_step`, what `torch.cuda.lms_step()` calls) with LMS's defaults
+otherwise: the replay marks a step boundary before each step, LMS records one step and plays
+its plan in the next (the reactive prefetch stays off while the recorder is on);
+RECORDED_STEPS steps, so that the median of those after the first is a step played from a
+recording (the first two steps are recorded or diverge while the optimizer's state is new).
+
 Each row's `tuned` entry is what `lmsforge plan` would recommend under that limit: the other
 settings of tune.CANDIDATES replayed the same way, tune.choose's pick, its step and least-time
 efficiency (the defaults when nothing beats them by more than tune.TIE). Those replays check
@@ -62,6 +69,8 @@ ALLOC_CONF = "lms:True"  # the defaults a user gets
 # the room the plan counts on); page-outs ahead stay as they are (prototype, 2026-11-30: off,
 # the U-Net at 1/2 took 120 ms instead of 110).
 PLAYED_ALLOC_CONF = "lms:True,lms_swapin_ahead:0"
+RECORDED_STEPS = 8  # the recorded-order policy's replay: 2 steps to settle, 5 of the 7 after
+# the first steady
 SEED = 1  # the simulator's adversarial delays on: a missing wait shows as wrong data
 TUNING_SEED = 0  # the other settings' replays: the same virtual times, no real sleeps
 GIB = 1 << 30
@@ -126,6 +135,11 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
                 alloc_conf=f"{PLAYED_ALLOC_CONF},lms_limit:{limit}",
                 name=f"played-1of{fraction}-lead{lead}", seed=SEED, plan=moves),
             work, fraction)
+        recorded = replay.run(program, script, work, device_memory=room, calibration=calibration,
+                              alloc_conf=f"{ALLOC_CONF},lms_limit:{limit}",
+                              name=f"recorded-1of{fraction}", seed=SEED, record=True,
+                              steps=RECORDED_STEPS)
+        row["recorded"] = _recorded(recorded, least)
         rows.append(row)
     return {"model": name, "input": step.input, "batch": step.batch,
             "operators": len(traced.ops), "peak_without_lms_bytes": peak,
@@ -172,6 +186,19 @@ def _played(traced: trace.Trace, gpu: profiles.Profile, limit: int, plan: planne
             "page_in_wait_us": run.stats.get("page_in_wait_us", 0)}
 
 
+def _recorded(run: replay.Replayed, least: float) -> dict[str, object]:
+    """The figures of a replay under LMS's recorded-order policy (replay.run with record)."""
+    if not run.completed:
+        return {"completed": False, "oom": run.oom}
+    return {"completed": True, "step_ms": round(run.step_ms, 3),
+            "step_ms_each": [round(ms, 3) for ms in run.step_ms_each],
+            "least_time_efficiency": round(least / run.step_ms, 4),
+            "bytes_out": run.bytes_out, "bytes_in": run.bytes_in,
+            "alloc_conf": ALLOC_CONF, "recorder": run.recorder,
+            "prefetch_misses": run.stats.get("prefetch_misses", 0),
+            "page_in_wait_us": run.stats.get("page_in_wait_us", 0)}
+
+
 @dataclass
 class Tried:
     """One setting's replay, as tune.choose compares them: the settings without the limit."""
@@ -207,13 +234,14 @@ def run_all(program: Path, work: Path, say: Callable[[str], None]) -> dict[str, 
 
 def summary(report: dict[str, object]) -> str:
     """One line: the least-time efficiency per model and limit with the defaults, and in
-    parentheses with the setting the planner would pick, with the clairvoyant plan played
-    through LMS and with the clairvoyant schedule on the device model ('-' where the step does
-    not fit)."""
+    parentheses with the setting the planner would pick, with LMS's recorded-order policy,
+    with the clairvoyant plan played through LMS and with the clairvoyant schedule on the
+    device model ('-' where the step does not fit)."""
     parts = []
     for model in report["models"]:  # type: ignore[union-attr]
         cells = [f"{row['fraction']} {row['least_time_efficiency']:.2f} "
-                 f"({row['tuned']['least_time_efficiency']:.2f}, played plan "
+                 f"({row['tuned']['least_time_efficiency']:.2f}, recorded "
+                 f"{_efficiency(row['recorded'])}, played plan "
                  f"{_efficiency(row['played_plan'])}, clairvoyant "
                  f"{_efficiency(row['clairvoyant'])})"
                  if row["completed"] else f"{row['fraction']} -" for row in model["limits"]]

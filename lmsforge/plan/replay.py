@@ -104,6 +104,8 @@ class Replayed:
     # With a plan of moves (--plan): how many page-outs and page-ins it asked LMS for and how
     # many LMS started, over every step.
     planned_moves: dict[str, int] = field(default_factory=dict)
+    # LMS's recorded-order policy (--record): its counters over every step.
+    recorder: dict[str, int] = field(default_factory=dict)
 
     @property
     def bytes_out(self) -> int:
@@ -144,7 +146,8 @@ def parse_result(data: dict, alloc_conf: str) -> Replayed:
                     data_ok=bool(data["data_ok"]),
                     step_ms_each=[float(step["step_ms"]) for step in steps],
                     stats_each=[dict(step["memory_stats"]) for step in steps],
-                    planned_moves={k: int(v) for k, v in data.get("planned_moves", {}).items()})
+                    planned_moves={k: int(v) for k, v in data.get("planned_moves", {}).items()},
+                    recorder={k: int(v) for k, v in data.get("recorder", {}).items()})
 
 
 def sim_env(device_memory: int, calibration: Path, alloc_conf: str,
@@ -163,17 +166,21 @@ def sim_env(device_memory: int, calibration: Path, alloc_conf: str,
 
 
 def run(program: Path, script: Path, work: Path, *, device_memory: int, calibration: Path,
-        alloc_conf: str, name: str, seed: int = 0, plan: Path | None = None) -> Replayed:
+        alloc_conf: str, name: str, seed: int = 0, plan: Path | None = None,
+        record: bool = False, steps: int = STEPS) -> Replayed:
     """One replay of SCRIPT's step STEPS times on a device of DEVICE_MEMORY bytes with
     PYTORCH_CUDA_ALLOC_CONF set to ALLOC_CONF; its JSON and log are WORK/NAME.json and .log.
-    PLAN: a plan of moves (lmsforge.plan.played_plan) played from the second step on."""
+    PLAN: a plan of moves (lmsforge.plan.played_plan) played from the second step on. RECORD:
+    each step begins at a step boundary of LMS's recorded-order policy. STEPS: how many
+    steps."""
     out = work / f"{name}.json"
     log = work / f"{name}.log"
     out.unlink(missing_ok=True)
     with log.open("w") as sink:
         try:
             command = [str(program), "--script", str(script), "--out", str(out),
-                       "--steps", str(STEPS)] + (["--plan", str(plan)] if plan else [])
+                       "--steps", str(steps)] + (["--plan", str(plan)] if plan else []) + \
+                (["--record", "1"] if record else [])
             proc = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT,
                                   env=sim_env(device_memory, calibration, alloc_conf, seed),
                                   timeout=REPLAY_TIMEOUT_S)

@@ -29,16 +29,18 @@ def test_the_summary_names_each_model_and_limit_with_the_tuned_played_and_clairv
         {"model": "resnet50", "limits": [
             {"fraction": "1/2", "completed": True, "least_time_efficiency": 0.4227,
              "tuned": {"least_time_efficiency": 0.6012},
+             "recorded": {"completed": True, "least_time_efficiency": 0.6712},
              "played_plan": {"completed": True, "least_time_efficiency": 0.6833},
              "clairvoyant": {"completed": True, "least_time_efficiency": 0.7491}},
             {"fraction": "1/4", "completed": False}]},
         {"model": "unet3d", "limits": [
             {"fraction": "1/2", "completed": True, "least_time_efficiency": 0.45,
              "tuned": {"least_time_efficiency": 0.51}, "played_plan": {"completed": False},
+             "recorded": {"completed": False},
              "clairvoyant": {"completed": False}}]}]}
     assert model_bench.summary(report) == (
-        "resnet50 1/2 0.42 (0.60, played plan 0.68, clairvoyant 0.75) 1/4 -; "
-        "unet3d 1/2 0.45 (0.51, played plan -, clairvoyant -)")
+        "resnet50 1/2 0.42 (0.60, recorded 0.67, played plan 0.68, clairvoyant 0.75) 1/4 -; "
+        "unet3d 1/2 0.45 (0.51, recorded -, played plan -, clairvoyant -)")
 
 
 def _replayed(conf: str, step_ms: float, completed: bool = True) -> replay.Replayed:
@@ -92,3 +94,17 @@ def test_the_played_plan_is_the_fastest_lead_and_a_plan_that_cannot_fit_says_so(
     nothing = model_bench._played(trace, GPU, 12_000, plan, 15.0, replay_with, tmp_path, 4)
     assert nothing["completed"] is False and "needs" in nothing["problem"]
     assert asked == []
+
+
+def test_the_recorded_row_reports_the_replays_median_step_and_the_recorders_counters():
+    ran = _replayed("recorded", 80.0)
+    ran.step_ms_each = [150.0, 100.0, 95.0, 80.0, 80.0, 81.0, 80.0, 79.0]
+    ran.stats = {"reclaimed_bytes": 3000, "clean_reclaimed_bytes": 1000, "paged_in_bytes": 2500,
+                 "prefetch_misses": 4, "page_in_wait_us": 1234}
+    ran.recorder = {"steps": 8, "steps_planned": 6, "divergences": 1}
+    row = model_bench._recorded(ran, 60.0)
+    assert (row["step_ms"], row["least_time_efficiency"]) == (80.0, 0.75)
+    assert (row["bytes_out"], row["bytes_in"]) == (2000, 2500)
+    assert row["recorder"]["steps_planned"] == 6 and row["prefetch_misses"] == 4
+    out_of_memory = model_bench._recorded(_replayed("recorded", 0.0, completed=False), 60.0)
+    assert out_of_memory == {"completed": False, "oom": "operator 3"}

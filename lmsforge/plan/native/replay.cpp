@@ -350,8 +350,13 @@ class Replay {
 
   const MoveCounts& moves() const { return moves_; }
 
-  // Runs one step; false when an allocation failed (oom_ then says where).
-  bool step(int number, StepFigures* figures) {
+  // Runs one step; false when an allocation failed (oom_ then says where). With
+  // `mark_steps`, each step begins at a step boundary of LMS's recorded-order policy
+  // (c10::cuda::lms::mark_step, what torch.cuda.lms_step() calls).
+  bool step(int number, StepFigures* figures, bool mark_steps = false) {
+    if (mark_steps) {
+      c10::cuda::lms::mark_step(0);
+    }
     Caching::resetPeakStats(0);
     DeviceStats before = Caching::getDeviceStats(0);
     cudaEvent_t start = nullptr, stop = nullptr;
@@ -611,6 +616,8 @@ int run(int argc, char** argv) {
   args.option("script", "", "replay script to read (required)");
   args.option("out", "", "JSON file to write (required)");
   args.option("plan", "", "plan of moves to play from the second step on (optional)");
+  args.option("record", "0",
+              "1: mark a step boundary of LMS's recorded-order policy before each step");
   args.option("steps", "2",
               "steps to replay, each reported (lmsforge reports the median after the first)");
   if (!args.parse(argc, argv)) {
@@ -628,12 +635,13 @@ int run(int argc, char** argv) {
   Caching::init(c10::cuda::device_count());
   c10::cuda::set_device(0);
 
+  const bool mark_steps = parse_int(args.get("record"), 0, 1, "record") == 1;
   Replay replay(script, args.get("plan").empty() ? MovePlan() : read_plan(args.get("plan")));
   std::vector<StepFigures> done;
   bool completed = true;
   for (int number = 0; number < steps && completed; ++number) {
     StepFigures figures;
-    completed = replay.step(number, &figures);
+    completed = replay.step(number, &figures, mark_steps);
     if (completed) {
       done.push_back(std::move(figures));
     }
@@ -685,6 +693,15 @@ int run(int argc, char** argv) {
   json.field("page_ins_started", static_cast<long long>(replay.moves().ins_started));
   json.field("page_ins_started_later",
              static_cast<long long>(replay.moves().ins_retried_started));
+  json.end_object();
+  c10::lms::RecorderCounters recorder = c10::cuda::lms::recorder_counters(0);
+  json.begin_object("recorder");
+  json.field("steps", static_cast<long long>(recorder.steps));
+  json.field("steps_planned", static_cast<long long>(recorder.steps_planned));
+  json.field("positions_played", static_cast<long long>(recorder.positions_played));
+  json.field("divergences", static_cast<long long>(recorder.divergences));
+  json.field("moves_asked", static_cast<long long>(recorder.moves_asked));
+  json.field("moves_started", static_cast<long long>(recorder.moves_started));
   json.end_object();
   json.field("data_checked", completed);
   json.field("mismatches", static_cast<long long>(replay.mismatches()));
