@@ -35,7 +35,7 @@ Each row's `recorded` entry is LMS's own recorded-order policy (the series' step
 `c10::cuda::lms::mark_step`, what `torch.cuda.lms_step()` calls) with LMS's defaults
 otherwise: the replay marks a step boundary before each step, LMS records one step and plays
 its plan in the next (the reactive prefetch stays off while the recorder is on);
-RECORDED_STEPS steps, so that the median of those after the first is a step played from a
+tune.RECORDED_STEPS steps, so that the median of those after the first is a step played from a
 recording (the first two steps are recorded or diverge while the optimizer's state is new).
 
 Each row's `tuned` entry is what `lmsforge plan` would recommend under that limit: the other
@@ -69,8 +69,6 @@ ALLOC_CONF = "lms:True"  # the defaults a user gets
 # the room the plan counts on); page-outs ahead stay as they are (prototype, 2026-11-30: off,
 # the U-Net at 1/2 took 120 ms instead of 110).
 PLAYED_ALLOC_CONF = "lms:True,lms_swapin_ahead:0"
-RECORDED_STEPS = 8  # the recorded-order policy's replay: 2 steps to settle, 5 of the 7 after
-# the first steady
 SEED = 1  # the simulator's adversarial delays on: a missing wait shows as wrong data
 TUNING_SEED = 0  # the other settings' replays: the same virtual times, no real sleeps
 GIB = 1 << 30
@@ -108,7 +106,11 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
             continue
         # run.step_ms and run.stats: the median step after the warm-up (replay.reported_step).
         overlapped, least = plan.bound_ms(run), plan.least_ms(run)
-        tuned = _tuned(run, lambda settings, number: replay.run(
+        recorded = replay.run(program, script, work, device_memory=room, calibration=calibration,
+                              alloc_conf=f"{ALLOC_CONF},lms_limit:{limit}",
+                              name=f"recorded-1of{fraction}", seed=SEED, record=True,
+                              steps=tune.RECORDED_STEPS)
+        tuned = _tuned(run, recorded, lambda settings, number: replay.run(
             program, script, work, device_memory=room, calibration=calibration,
             alloc_conf=f"{tune.alloc_conf(settings)},lms_limit:{limit}",
             name=f"lms-1of{fraction}-{number}", seed=TUNING_SEED))
@@ -135,10 +137,6 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
                 alloc_conf=f"{PLAYED_ALLOC_CONF},lms_limit:{limit}",
                 name=f"played-1of{fraction}-lead{lead}", seed=SEED, plan=moves),
             work, fraction)
-        recorded = replay.run(program, script, work, device_memory=room, calibration=calibration,
-                              alloc_conf=f"{ALLOC_CONF},lms_limit:{limit}",
-                              name=f"recorded-1of{fraction}", seed=SEED, record=True,
-                              steps=RECORDED_STEPS)
         row["recorded"] = _recorded(recorded, least)
         rows.append(row)
     return {"model": name, "input": step.input, "batch": step.batch,
@@ -207,14 +205,14 @@ class Tried:
     step_ms: float
 
 
-def _tuned(defaults: replay.Replayed,
+def _tuned(defaults: replay.Replayed, recorded: replay.Replayed,
            replay_with: Callable[[str, int], replay.Replayed]) -> Tried:
-    """tune.choose's pick among DEFAULTS (already replayed) and the other candidates, each
-    replayed by REPLAY_WITH(settings, number)."""
+    """tune.choose's pick among DEFAULTS and RECORDED (the recorded-order policy), both already
+    replayed, and the other candidates, each replayed by REPLAY_WITH(settings, number)."""
     tried = [Tried(tune.BASE, defaults.completed, defaults.step_ms)]
     for number, (_, settings) in enumerate(tune.CANDIDATES[1:], start=1):
-        run = replay_with(settings, number)
-        tried.append(Tried(tune.alloc_conf(settings), run.completed, run.step_ms))
+        run = recorded if tune.records(settings) else replay_with(settings, number)
+        tried.append(Tried(tune.label(settings), run.completed, run.step_ms))
     return tune.choose(tried) or tried[0]
 
 

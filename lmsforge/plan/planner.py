@@ -127,10 +127,16 @@ def make_plan(trace: Trace, gpu: Profile, program: Path, work: Path, *,
     memory = device_memory or gpu.memory_bytes
     script, calibration = replay_inputs(trace, gpu, work)
 
-    def run(name: str, conf: str, capacity: int) -> replay.Replayed:
-        say(f"replaying {trace.model}: {conf or 'LMS off'} on {capacity / GIB:.1f} GiB")
-        return replay.run(program, script, work, device_memory=capacity,
-                          calibration=calibration, alloc_conf=conf, name=name)
+    def run(name: str, conf: str, capacity: int, settings: str = "") -> replay.Replayed:
+        recorded = tune.records(settings)
+        say(f"replaying {trace.model}: {tune.label(settings) if settings else conf or 'LMS off'}"
+            f" on {capacity / GIB:.1f} GiB")
+        done = replay.run(program, script, work, device_memory=capacity,
+                          calibration=calibration, alloc_conf=conf, name=name, record=recorded,
+                          steps=tune.RECORDED_STEPS if recorded else replay.STEPS)
+        if recorded:
+            done.alloc_conf = tune.label(settings)
+        return done
 
     room = max(memory, 2 * trace.peak_live_bytes() + ROOM_BYTES)
     without = run("without-lms", "", room)
@@ -147,7 +153,7 @@ def make_plan(trace: Trace, gpu: Profile, program: Path, work: Path, *,
     if plan.fits_without_lms:
         return plan
     for number, (_, settings) in enumerate(tune.CANDIDATES if search else tune.CANDIDATES[:1]):
-        plan.tried.append(run(f"lms-{number}", tune.alloc_conf(settings), memory))
+        plan.tried.append(run(f"lms-{number}", tune.alloc_conf(settings), memory, settings))
         if number == 0 and not plan.tried[0].completed:
             break  # the defaults ran out of memory: no setting makes room LMS cannot find
     plan.chosen = tune.choose(plan.tried)  # type: ignore[assignment]
@@ -201,7 +207,11 @@ def answer_lines(plan: Plan) -> list[str]:
                  f"{s.get('prefetch_hits', 0)} hits, {s.get('prefetch_wasted', 0)} wasted), "
                  f"{s.get('page_out_waits', 0)} page-out waits, page_in_wait_us "
                  f"{s.get('page_in_wait_us', 0)}")
-    if len(plan.tried) > 1:
+    if len(plan.tried) > 1 and tune.recorded_label(run.alloc_conf):
+        lines.append(f"  settings: PYTORCH_CUDA_ALLOC_CONF={tune.BASE}, and call "
+                     f"torch.cuda.lms_step() after each training step (best of "
+                     f"{len(plan.tried)} tried; the defaults: {defaults.step_ms:.1f} ms)")
+    elif len(plan.tried) > 1:
         lines.append(f"  settings: PYTORCH_CUDA_ALLOC_CONF={run.alloc_conf} (best of "
                      f"{len(plan.tried)} tried; the defaults: {defaults.step_ms:.1f} ms)")
     else:
@@ -210,7 +220,9 @@ def answer_lines(plan: Plan) -> list[str]:
 
 
 def run_json(plan: Plan, run: replay.Replayed) -> dict[str, object]:
-    return {"alloc_conf": run.alloc_conf, "device_memory_bytes": run.device_memory,
+    recorded = tune.recorded_label(run.alloc_conf)
+    return {"alloc_conf": tune.BASE if recorded else run.alloc_conf, "lms_step": recorded,
+            "device_memory_bytes": run.device_memory,
             "completed": run.completed, "oom": run.oom or None,
             "step_ms": round(run.step_ms, 4) if run.completed else None,
             "bytes_out_per_step": run.bytes_out, "bytes_in_per_step": run.bytes_in,
@@ -245,7 +257,9 @@ def to_json(plan: Plan) -> dict[str, object]:
         "with_lms": run_json(plan, chosen) if chosen else None,
         "step_over_compute": round(chosen.step_ms / plan.compute_ms, 4) if chosen else None,
         "bytes_moved_per_step": chosen.bytes_out + chosen.bytes_in if chosen else None,
-        "recommended_alloc_conf": chosen.alloc_conf if chosen else None,
+        "recommended_alloc_conf": (tune.BASE if tune.recorded_label(chosen.alloc_conf)
+                                   else chosen.alloc_conf) if chosen else None,
+        "recommended_lms_step": tune.recorded_label(chosen.alloc_conf) if chosen else None,
         "tried": [run_json(plan, r) for r in plan.tried],
         "data_ok": all(r.data_ok for r in [plan.without, *plan.tried]),
         "lines": answer_lines(plan),

@@ -22,7 +22,7 @@ import torch
 
 from fixtures import lmsforge
 from lmsforge.options import Options
-from lmsforge.plan import played_plan, replay
+from lmsforge.plan import played_plan, replay, tune
 from lmsforge.plan.profiles import profile
 from lmsforge.plan.trace import trace_step
 from lmsforge.plan.trace_format import Op, Storage, Trace
@@ -175,7 +175,10 @@ def test_plan_answers_the_three_ways_with_json_and_a_plot(program, real_cache_di
     data = json.loads(with_lms.stdout)
     assert data["verdict"] == "fits-with-lms" and data["simulated"] is True
     assert data["data_ok"] is True
-    assert len(data["tried"]) == 8 and data["recommended_alloc_conf"].startswith("lms:True")
+    assert len(data["tried"]) == len(tune.CANDIDATES) == 9
+    assert data["recommended_alloc_conf"].startswith("lms:True")
+    # The last candidate is the recorded-order policy: the defaults and torch.cuda.lms_step().
+    assert (data["tried"][-1]["alloc_conf"], data["tried"][-1]["lms_step"]) == ("lms:True", True)
     chosen, without = data["with_lms"], data["without_lms"]
     # 400 MiB less the automatic limit's 256 MiB head-room: a 144 MiB limit.
     assert chosen["lms_limit_bytes"] == 144 * MiB

@@ -153,6 +153,21 @@ def test_the_three_answers():
                         "page_in_wait_us 4000")
     assert lines[4].startswith("  settings: PYTORCH_CUDA_ALLOC_CONF=lms:True,lms_swapin_ahead:0 "
                                "(best of 2 tried; the defaults: 300.0 ms)")
+    assert planner.to_json(lms)["recommended_lms_step"] is False
+
+    # The recorded-order policy's replay won: the answer asks for the call, and the JSON gives
+    # the setting and the call apart.
+    recorded = replayed(tune.label(tune.RECORDED), ms=200.0, out=11 * GiB, into=12 * GiB,
+                        allocated=74 * GiB, limit=75 * GiB)
+    with_step = a_plan(replayed("", ms=100.0, allocated=100 * GiB, reserved=101 * GiB),
+                       [defaults, best, recorded], recorded)
+    assert planner.answer_lines(with_step)[4] == (
+        "  settings: PYTORCH_CUDA_ALLOC_CONF=lms:True, and call torch.cuda.lms_step() after each "
+        "training step (best of 3 tried; the defaults: 300.0 ms)")
+    data = planner.to_json(with_step)
+    assert (data["recommended_alloc_conf"], data["recommended_lms_step"]) == ("lms:True", True)
+    assert [(r["alloc_conf"], r["lms_step"]) for r in data["tried"]] == [
+        ("lms:True", False), ("lms:True,lms_swapin_ahead:0", False), ("lms:True", True)]
 
     failed = replayed(tune.BASE, completed=False, limit=75 * GiB, oom_op=0)
     none = a_plan(replayed("", allocated=200 * GiB, reserved=200 * GiB), [failed], None)

@@ -60,15 +60,24 @@ def test_the_tuned_setting_is_the_planners_pick_among_every_candidate():
         return _replayed(settings, times.get(settings, 120.0),
                          completed=settings != "lms_swapin_ahead:100%")
 
-    chosen = model_bench._tuned(_replayed("lms:True,lms_limit:536870912", 100.0), replay_with)
-    # Every candidate but the defaults (already replayed) once, numbered as the planner does.
+    recorded = _replayed("lms:True,lms_limit:536870912", 95.0)
+    chosen = model_bench._tuned(_replayed("lms:True,lms_limit:536870912", 100.0), recorded,
+                                replay_with)
+    # Every candidate but the defaults and the recorded-order policy (both already replayed)
+    # once, numbered as the planner does.
     assert asked == [(settings, number) for number, (_, settings)
-                     in enumerate(tune.CANDIDATES) if number > 0]
+                     in enumerate(tune.CANDIDATES) if number > 0 and not tune.records(settings)]
     assert (chosen.alloc_conf, chosen.step_ms) == ("lms:True,lms_swapin_ahead:0", 90.0)
     # Within tune.TIE of the defaults, the defaults stay: named without the limit.
     tie = model_bench._tuned(_replayed("lms:True,lms_limit:536870912", 100.0),
+                             _replayed("lms:True,lms_limit:536870912", 99.6),
                              lambda settings, number: _replayed(settings, 99.5))
     assert (tie.alloc_conf, tie.step_ms) == ("lms:True", 100.0)
+    # The recorded-order policy faster than every setting: named by its call.
+    best = model_bench._tuned(_replayed("lms:True,lms_limit:536870912", 100.0),
+                              _replayed("lms:True,lms_limit:536870912", 70.0),
+                              lambda settings, number: _replayed(settings, 99.0))
+    assert (best.alloc_conf, best.step_ms) == ("lms:True + torch.cuda.lms_step()", 70.0)
 
 
 def test_the_played_plan_is_the_fastest_lead_and_a_plan_that_cannot_fit_says_so(tmp_path):
