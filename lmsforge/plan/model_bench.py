@@ -113,7 +113,9 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
         tuned = _tuned(run, recorded, lambda settings, number: replay.run(
             program, script, work, device_memory=room, calibration=calibration,
             alloc_conf=f"{tune.alloc_conf(settings)},lms_limit:{limit}",
-            name=f"lms-1of{fraction}-{number}", seed=TUNING_SEED))
+            name=f"lms-1of{fraction}-{number}", seed=TUNING_SEED,
+            record=tune.records(settings),
+            steps=tune.RECORDED_STEPS if tune.records(settings) else replay.STEPS))
         row.update(verdict="fits-with-lms", step_ms=round(run.step_ms, 3),
                    step_ms_each=[round(ms, 3) for ms in run.step_ms_each],
                    step_over_compute=round(run.step_ms / without.step_ms, 3),
@@ -207,11 +209,12 @@ class Tried:
 
 def _tuned(defaults: replay.Replayed, recorded: replay.Replayed,
            replay_with: Callable[[str, int], replay.Replayed]) -> Tried:
-    """tune.choose's pick among DEFAULTS and RECORDED (the recorded-order policy), both already
-    replayed, and the other candidates, each replayed by REPLAY_WITH(settings, number)."""
+    """tune.choose's pick among DEFAULTS and RECORDED (tune.RECORDED, the recorded-order policy
+    with the defaults), both already replayed, and the other candidates, each replayed by
+    REPLAY_WITH(settings, number)."""
     tried = [Tried(tune.BASE, defaults.completed, defaults.step_ms)]
     for number, (_, settings) in enumerate(tune.CANDIDATES[1:], start=1):
-        run = recorded if tune.records(settings) else replay_with(settings, number)
+        run = recorded if settings == tune.RECORDED else replay_with(settings, number)
         tried.append(Tried(tune.label(settings), run.completed, run.step_ms))
     return tune.choose(tried) or tried[0]
 

@@ -208,8 +208,8 @@ def answer_lines(plan: Plan) -> list[str]:
                  f"{s.get('page_out_waits', 0)} page-out waits, page_in_wait_us "
                  f"{s.get('page_in_wait_us', 0)}")
     if len(plan.tried) > 1 and tune.recorded_label(run.alloc_conf):
-        lines.append(f"  settings: PYTORCH_CUDA_ALLOC_CONF={tune.BASE}, and call "
-                     f"torch.cuda.lms_step() after each training step (best of "
+        lines.append(f"  settings: PYTORCH_CUDA_ALLOC_CONF={tune.conf_of(run.alloc_conf)}, "
+                     f"and call torch.cuda.lms_step() after each training step (best of "
                      f"{len(plan.tried)} tried; the defaults: {defaults.step_ms:.1f} ms)")
     elif len(plan.tried) > 1:
         lines.append(f"  settings: PYTORCH_CUDA_ALLOC_CONF={run.alloc_conf} (best of "
@@ -221,7 +221,7 @@ def answer_lines(plan: Plan) -> list[str]:
 
 def run_json(plan: Plan, run: replay.Replayed) -> dict[str, object]:
     recorded = tune.recorded_label(run.alloc_conf)
-    return {"alloc_conf": tune.BASE if recorded else run.alloc_conf, "lms_step": recorded,
+    return {"alloc_conf": tune.conf_of(run.alloc_conf), "lms_step": recorded,
             "device_memory_bytes": run.device_memory,
             "completed": run.completed, "oom": run.oom or None,
             "step_ms": round(run.step_ms, 4) if run.completed else None,
@@ -257,8 +257,7 @@ def to_json(plan: Plan) -> dict[str, object]:
         "with_lms": run_json(plan, chosen) if chosen else None,
         "step_over_compute": round(chosen.step_ms / plan.compute_ms, 4) if chosen else None,
         "bytes_moved_per_step": chosen.bytes_out + chosen.bytes_in if chosen else None,
-        "recommended_alloc_conf": (tune.BASE if tune.recorded_label(chosen.alloc_conf)
-                                   else chosen.alloc_conf) if chosen else None,
+        "recommended_alloc_conf": tune.conf_of(chosen.alloc_conf) if chosen else None,
         "recommended_lms_step": tune.recorded_label(chosen.alloc_conf) if chosen else None,
         "tried": [run_json(plan, r) for r in plan.tried],
         "data_ok": all(r.data_ok for r in [plan.without, *plan.tried]),

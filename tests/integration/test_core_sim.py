@@ -241,6 +241,8 @@ def test_the_series_passes_every_level_to_core_sim_under_several_seeds(
         recorder = row["recorded"]["recorder"]
         assert recorder["steps_planned"] >= 1 and recorder["positions_played"] > 0
         assert recorder["moves_started"] > 0
+        # A ResNet-50 step is far under the recorder's event cap: every step was recorded.
+        assert recorder["overlong_steps"] == 0
     # The activation-dominated ResNet-50 fits at both limits.
     assert all(row["completed"] for row in models["models"][0]["limits"])
     assert all(row["clairvoyant"]["completed"] for row in models["models"][0]["limits"])

@@ -175,10 +175,12 @@ def test_plan_answers_the_three_ways_with_json_and_a_plot(program, real_cache_di
     data = json.loads(with_lms.stdout)
     assert data["verdict"] == "fits-with-lms" and data["simulated"] is True
     assert data["data_ok"] is True
-    assert len(data["tried"]) == len(tune.CANDIDATES) == 9
+    assert len(data["tried"]) == len(tune.CANDIDATES) == 10
     assert data["recommended_alloc_conf"].startswith("lms:True")
-    # The last candidate is the recorded-order policy: the defaults and torch.cuda.lms_step().
-    assert (data["tried"][-1]["alloc_conf"], data["tried"][-1]["lms_step"]) == ("lms:True", True)
+    # The last two candidates are the recorded-order policy: torch.cuda.lms_step() with the
+    # defaults, and with page-outs ahead only at the limit.
+    assert [(run["alloc_conf"], run["lms_step"]) for run in data["tried"][-2:]] == [
+        ("lms:True", True), ("lms:True,lms_swapout_threshold:1.0", True)]
     chosen, without = data["with_lms"], data["without_lms"]
     # 400 MiB less the automatic limit's 256 MiB head-room: a 144 MiB limit.
     assert chosen["lms_limit_bytes"] == 144 * MiB

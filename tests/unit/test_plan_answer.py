@@ -106,6 +106,20 @@ def test_the_defaults_win_ties_and_failures_never_win():
     assert tune.alloc_conf("lms_sync_mode:3") == "lms:True,lms_sync_mode:3"
 
 
+def test_a_recorded_order_candidate_is_named_by_its_settings_and_the_call():
+    assert [tune.records(s) for _, s in tune.CANDIDATES].count(True) == 2
+    assert (tune.alloc_conf(tune.RECORDED), tune.label(tune.RECORDED)) == (
+        "lms:True", "lms:True + torch.cuda.lms_step()")
+    plan_first = tune.label(tune.RECORDED_PLAN_FIRST)
+    assert tune.alloc_conf(tune.RECORDED_PLAN_FIRST) == "lms:True,lms_swapout_threshold:1.0"
+    assert plan_first == "lms:True,lms_swapout_threshold:1.0 + torch.cuda.lms_step()"
+    assert tune.recorded_label(plan_first) and not tune.recorded_label("lms:True")
+    assert tune.conf_of(plan_first) == "lms:True,lms_swapout_threshold:1.0"
+    assert tune.conf_of("lms:True,lms_sync_mode:3") == "lms:True,lms_sync_mode:3"
+    # A setting that only begins like the call is not one.
+    assert not tune.records("lms_step()x")
+
+
 def replayed(conf: str, *, completed: bool = True, ms: float = 10.0, out: int = 0,
              into: int = 0, allocated: int = 0, reserved: int = 0, limit: int = 0,
              oom_op: int = -1) -> replay.Replayed:
@@ -168,6 +182,19 @@ def test_the_three_answers():
     assert (data["recommended_alloc_conf"], data["recommended_lms_step"]) == ("lms:True", True)
     assert [(r["alloc_conf"], r["lms_step"]) for r in data["tried"]] == [
         ("lms:True", False), ("lms:True,lms_swapin_ahead:0", False), ("lms:True", True)]
+
+    # The recorded-order candidate with settings won: the answer gives both.
+    plan_first = replayed(tune.label(tune.RECORDED_PLAN_FIRST), ms=150.0, out=11 * GiB,
+                          into=12 * GiB, allocated=74 * GiB, limit=75 * GiB)
+    with_both = a_plan(replayed("", ms=100.0, allocated=100 * GiB, reserved=101 * GiB),
+                       [defaults, best, recorded, plan_first], plan_first)
+    assert planner.answer_lines(with_both)[4] == (
+        "  settings: PYTORCH_CUDA_ALLOC_CONF=lms:True,lms_swapout_threshold:1.0, and call "
+        "torch.cuda.lms_step() after each training step (best of 4 tried; the defaults: "
+        "300.0 ms)")
+    data = planner.to_json(with_both)
+    assert (data["recommended_alloc_conf"], data["recommended_lms_step"]) == (
+        "lms:True,lms_swapout_threshold:1.0", True)
 
     failed = replayed(tune.BASE, completed=False, limit=75 * GiB, oom_op=0)
     none = a_plan(replayed("", allocated=200 * GiB, reserved=200 * GiB), [failed], None)

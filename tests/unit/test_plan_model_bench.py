@@ -63,10 +63,12 @@ def test_the_tuned_setting_is_the_planners_pick_among_every_candidate():
     recorded = _replayed("lms:True,lms_limit:536870912", 95.0)
     chosen = model_bench._tuned(_replayed("lms:True,lms_limit:536870912", 100.0), recorded,
                                 replay_with)
-    # Every candidate but the defaults and the recorded-order policy (both already replayed)
-    # once, numbered as the planner does.
+    # Every candidate but the defaults and the recorded-order policy with the defaults (both
+    # already replayed) once, numbered as the planner does; the recorded-order policy with other
+    # settings among them.
     assert asked == [(settings, number) for number, (_, settings)
-                     in enumerate(tune.CANDIDATES) if number > 0 and not tune.records(settings)]
+                     in enumerate(tune.CANDIDATES) if number > 0 and settings != tune.RECORDED]
+    assert (tune.RECORDED_PLAN_FIRST, len(tune.CANDIDATES) - 1) in asked
     assert (chosen.alloc_conf, chosen.step_ms) == ("lms:True,lms_swapin_ahead:0", 90.0)
     # Within tune.TIE of the defaults, the defaults stay: named without the limit.
     tie = model_bench._tuned(_replayed("lms:True,lms_limit:536870912", 100.0),
@@ -78,6 +80,13 @@ def test_the_tuned_setting_is_the_planners_pick_among_every_candidate():
                               _replayed("lms:True,lms_limit:536870912", 70.0),
                               lambda settings, number: _replayed(settings, 99.0))
     assert (best.alloc_conf, best.step_ms) == ("lms:True + torch.cuda.lms_step()", 70.0)
+    # With its settings when the recorded-order candidate with settings wins.
+    plan_first = model_bench._tuned(
+        _replayed("lms:True,lms_limit:536870912", 100.0),
+        _replayed("lms:True,lms_limit:536870912", 90.0),
+        lambda settings, number: _replayed(settings, 80.0 if tune.records(settings) else 99.0))
+    assert (plan_first.alloc_conf, plan_first.step_ms) == (
+        "lms:True,lms_swapout_threshold:1.0 + torch.cuda.lms_step()", 80.0)
 
 
 def test_the_played_plan_is_the_fastest_lead_and_a_plan_that_cannot_fit_says_so(tmp_path):

@@ -702,6 +702,8 @@ int run(int argc, char** argv) {
   json.field("divergences", static_cast<long long>(recorder.divergences));
   json.field("moves_asked", static_cast<long long>(recorder.moves_asked));
   json.field("moves_started", static_cast<long long>(recorder.moves_started));
+  // Steps over the recorder's event cap: recorded no further, never planned.
+  json.field("overlong_steps", static_cast<long long>(recorder.overlong_steps));
   json.end_object();
   json.field("data_checked", completed);
   json.field("mismatches", static_cast<long long>(replay.mismatches()));
