@@ -16,7 +16,9 @@ batch train on the GPU, with LMS or without, how fast, and with which LMS settin
 
 Architectures: `resnet50` (lmsforge's plain-torch ResNet-50 when torchvision is missing) or any
 name torchvision.models.get_model knows. The LMS settings (--lms-limit, --swapout-threshold,
---swapin-ahead, --sync-mode) go to PYTORCH_CUDA_ALLOC_CONF before CUDA starts, as a user sets them.
+--swapin-ahead, --sync-mode) go to PYTORCH_CUDA_ALLOC_CONF before CUDA starts, as a user sets them;
+--lms-step calls torch.cuda.lms_step() after each step, as the planner may recommend, and logs
+what the recorder played.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ DELTA_KEYS = ("reclaimed", "reclaimed_bytes", "paged_in", "paged_in_bytes", "pag
               "paged_out_ahead", "prefetch_hits", "prefetch_misses", "page_in_wait_us",
               "alloc_distribution.freelist", "alloc_distribution.cudamalloc",
               "alloc_distribution.reclaim_one", "alloc_distribution.reclaim_all")
+# Counters of torch.cuda.lms_step() logged per step (--lms-step), as the change over the step.
+RECORDER_KEYS = ("positions_played", "divergences", "moves_asked", "moves_started")
 MiB = 1 << 20
 # lmsforge plan's own models; any other architecture goes to it as torchvision:NAME.
 PLANNER_BUILT_IN = ("resnet50",)
@@ -57,6 +61,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--swapin-ahead", help="lms_swapin_ahead: auto, bytes, NN%% or 0")
     parser.add_argument("--sync-mode", type=int, choices=(0, 1, 2, 3),
                         help="lms_sync_mode (3: page on demand only)")
+    parser.add_argument("--lms-step", action="store_true",
+                        help="call torch.cuda.lms_step() after each step (the recorded-order "
+                             "policy, when `lmsforge plan` recommends it)")
     parser.add_argument("--log", choices=("steps", "summary"), default="steps",
                         help="steps: one CSV row per step; summary: one row per run")
     parser.add_argument("--csv", help="CSV file (default <arch>-<size>.csv, or "
@@ -71,8 +78,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if not args.lms and any(v for v in (args.lms_limit, args.swapout_threshold,
-                                        args.swapin_ahead, args.sync_mode)):
+                                        args.swapin_ahead, args.sync_mode, args.lms_step)):
         parser.error("the LMS settings need LMS; drop --no-lms")
+    if args.plan and args.lms_step:
+        parser.error("--lms-step goes with training; `lmsforge plan` tries it on its own")
     if not args.plan and (args.gpu_memory or args.plot):
         parser.error("--gpu-memory and --plot go with --plan")
     return args
@@ -147,6 +156,11 @@ def train(args: argparse.Namespace) -> int:
         print("this PyTorch has no Large Model Support: build it from `lmsforge apply "
               "--framework pytorch --tag v2.6.0`", file=sys.stderr)
         return 4
+    if args.lms_step and not hasattr(torch.cuda, "lms_step"):
+        print("this PyTorch's LMS has no torch.cuda.lms_step(): build it from a series with the "
+              "recorded-order policy (lmsforge's, since 2026-11-29), or drop --lms-step",
+              file=sys.stderr)
+        return 4
     torch.manual_seed(args.seed)
     device = torch.device("cuda")
     model = build_model(args.arch, args.classes).to(device)
@@ -156,6 +170,7 @@ def train(args: argparse.Namespace) -> int:
           f"limit={torch.cuda.get_limit_lms()}] {args.arch} 3x{args.image_size}x"
           f"{args.image_size} batch {args.batch_size}", flush=True)
     rows = []
+    previous_recorder: dict = {}
     for step in range(args.steps):
         images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
         target = torch.randint(0, args.classes, (args.batch_size,), device=device)
@@ -165,6 +180,8 @@ def train(args: argparse.Namespace) -> int:
         loss = loss_fn(model(images), target)
         loss.backward()
         optimizer.step()
+        # The boundary between two steps: LMS plans the next from this one's uses.
+        recorder = torch.cuda.lms_step() if args.lms_step else {}
         torch.cuda.synchronize()
         seconds = time.perf_counter() - started
         after = torch.cuda.memory_stats()
@@ -173,10 +190,22 @@ def train(args: argparse.Namespace) -> int:
                                          3),
                "allocated_peak_mib": round(after.get("allocated_bytes.all.peak", 0) / MiB, 1)}
         row.update({key: after.get(key, 0) - before.get(key, 0) for key in DELTA_KEYS})
+        row.update(recorder_columns(recorder, previous_recorder))
+        previous_recorder = recorder
         rows.append(row)
         print(", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     write_log(args, rows)
     return 0
+
+
+def recorder_columns(counters: dict, before: dict) -> dict:
+    """What torch.cuda.lms_step()'s cumulative counters say of the step that ended: positions
+    played from the plan, whether it diverged, the planned moves LMS started. None without
+    --lms-step."""
+    if not counters:
+        return {}
+    return {f"recorder_{key}": counters.get(key, 0) - before.get(key, 0)
+            for key in RECORDER_KEYS}
 
 
 def write_log(args: argparse.Namespace, rows: list[dict]) -> None:
