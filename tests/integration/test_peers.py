@@ -5,26 +5,21 @@ says so with exit 4 here; what it measures on a GPU is for run-gpu.sh, never for
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from script_module import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("peers", REPO / "bench" / "peers.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["peers"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "bench" / "peers.py", register=True)
 
 
 peers = _load()

@@ -3,7 +3,6 @@ the benchmark driver's argument checks and the report/plot step (docs/gpu.md).""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -16,6 +15,7 @@ from types import ModuleType
 import pytest
 
 from fixtures import commit_patch
+from script_module import load_script
 from lmsforge.series import manifest as series_mod
 from lmsforge.verify import bundle
 from lmsforge.commands import bundle as bundle_command
@@ -28,11 +28,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def load_lmsbench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lmsbench", REPO / "bench" / "lmsbench.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "bench" / "lmsbench.py")
 
 
 lmsbench = load_lmsbench()

@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import io
 from pathlib import Path
 
 import pytest
+
+from script_module import load_script
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lms_synthetic_training.py"
 
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("lms_synthetic_training", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLE)
 
 
 def test_defaults(example) -> None:

@@ -3,20 +3,18 @@ itself needs a GPU and a build of the series)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from script_module import load_script
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pytorch" / "many_models.py"
 
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("many_models", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLE)
 
 
 def test_lms_step_is_an_lms_setting_for_training(example) -> None:

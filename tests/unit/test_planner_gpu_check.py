@@ -1,13 +1,14 @@
 """bench/planner_gpu_check.py: on a machine without a CUDA device it says so and exits 4 (as
 run-gpu.sh's skips do); its cases are the planner's own models at the documented shapes."""
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from script_module import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "planner_gpu_check.py"
@@ -24,9 +25,7 @@ def test_without_a_cuda_device_it_skips_with_exit_4():
 
 
 def test_its_cases_resolve_to_the_planners_built_in_steps():
-    spec = importlib.util.spec_from_file_location("planner_gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _load()
     from lmsforge.plan.spec import resolve
 
     names = []
@@ -38,10 +37,7 @@ def test_its_cases_resolve_to_the_planners_built_in_steps():
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("planner_gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "planner_gpu_check")
 
 
 def _trace(model, shape, batch):
