@@ -108,14 +108,13 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
         overlapped, least = plan.bound_ms(run), plan.least_ms(run)
         recorded = replay.run(program, script, work, device_memory=room, calibration=calibration,
                               alloc_conf=f"{ALLOC_CONF},lms_limit:{limit}",
-                              name=f"recorded-1of{fraction}", seed=SEED, record=True,
-                              steps=tune.RECORDED_STEPS)
+                              name=f"recorded-1of{fraction}", seed=SEED,
+                              **tune.replay_options(tune.RECORDED))
         tuned = _tuned(run, recorded, lambda settings, number: replay.run(
             program, script, work, device_memory=room, calibration=calibration,
             alloc_conf=f"{tune.alloc_conf(settings)},lms_limit:{limit}",
             name=f"lms-1of{fraction}-{number}", seed=TUNING_SEED,
-            record=tune.records(settings),
-            steps=tune.RECORDED_STEPS if tune.records(settings) else replay.STEPS))
+            **tune.replay_options(settings)))
         row.update(verdict="fits-with-lms", step_ms=round(run.step_ms, 3),
                    step_ms_each=[round(ms, 3) for ms in run.step_ms_each],
                    step_over_compute=round(run.step_ms / without.step_ms, 3),

@@ -128,13 +128,12 @@ def make_plan(trace: Trace, gpu: Profile, program: Path, work: Path, *,
     script, calibration = replay_inputs(trace, gpu, work)
 
     def run(name: str, conf: str, capacity: int, settings: str = "") -> replay.Replayed:
-        recorded = tune.records(settings)
         say(f"replaying {trace.model}: {tune.label(settings) if settings else conf or 'LMS off'}"
             f" on {capacity / GIB:.1f} GiB")
         done = replay.run(program, script, work, device_memory=capacity,
-                          calibration=calibration, alloc_conf=conf, name=name, record=recorded,
-                          steps=tune.RECORDED_STEPS if recorded else replay.STEPS)
-        if recorded:
+                          calibration=calibration, alloc_conf=conf, name=name,
+                          **tune.replay_options(settings))
+        if tune.records(settings):
             done.alloc_conf = tune.label(settings)
         return done
 

@@ -48,6 +48,12 @@ def records(settings: str) -> bool:
     return settings == RECORDED or settings.startswith(RECORDED + ",")
 
 
+def replay_options(settings: str) -> dict[str, object]:
+    """replay.run's options for SETTINGS: a recorded-order candidate marks a step boundary before
+    each step and runs RECORDED_STEPS steps; the others take replay.run's defaults."""
+    return {"record": True, "steps": RECORDED_STEPS} if records(settings) else {}
+
+
 def alloc_conf(settings: str) -> str:
     """PYTORCH_CUDA_ALLOC_CONF for SETTINGS (a recorded-order candidate's allocator settings, the
     defaults when it has none)."""

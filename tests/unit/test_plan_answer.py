@@ -118,6 +118,10 @@ def test_a_recorded_order_candidate_is_named_by_its_settings_and_the_call():
     assert tune.conf_of("lms:True,lms_sync_mode:3") == "lms:True,lms_sync_mode:3"
     # A setting that only begins like the call is not one.
     assert not tune.records("lms_step()x")
+    # Replayed with a step boundary before each of RECORDED_STEPS steps; the others as usual.
+    assert tune.replay_options(tune.RECORDED_PLAN_FIRST) == {"record": True,
+                                                             "steps": tune.RECORDED_STEPS}
+    assert tune.replay_options("lms_sync_mode:3") == {}
 
 
 def replayed(conf: str, *, completed: bool = True, ms: float = 10.0, out: int = 0,
