@@ -35,8 +35,9 @@ PACKAGE_DIR = Path(lmsforge.__file__).resolve().parent
 BENCH_DIR = bundled.path("bench")
 GPU_DOC = bundled.path("docs/gpu.md")
 
-# Files of the tree besides c10/ that travel: the licences c10 is distributed under.
-TREE_EXTRAS = ("LICENSE", "NOTICE")
+# Files of the tree besides c10/ that travel: the licences c10 is distributed under, and the root
+# CMakeLists.txt, where the c10 harness reads the tree's C++ standard (14 for 1.x).
+TREE_EXTRAS = ("LICENSE", "NOTICE", "CMakeLists.txt")
 LIBRARY_DIRS = (Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib/aarch64-linux-gnu"),
                 Path("/usr/lib64"), Path("/usr/lib"), Path("/usr/local/lib"))
 INCLUDE_DIRS = (Path("/usr/include"), Path("/usr/local/include"))

@@ -92,6 +92,9 @@ def test_bundle_builds_offline(offline_run: tuple[subprocess.CompletedProcess[st
         output + build_log[-3000:]
     for program in PROGRAMS:
         assert (extracted / "build" / "bin" / program).is_file(), program
+    # The tree's C++ standard comes from its root CMakeLists.txt, which travels for that: without
+    # it a 1.x tree was built as C++17 and failed on a newer host compiler.
+    assert "C++ standard of the tree: 17 (read from its CMakeLists.txt)" in build_log, build_log[:3000]
     # The bundle's inputs, not the host's, went into the build.
     deps = subprocess.run(["ninja", "-C", str(extracted / "build"), "-t", "deps"],
                           capture_output=True, text=True)
