@@ -16,6 +16,7 @@
 #include "common.h"
 #include "kernels.h"
 #include "primary_context.h"
+#include "torch_compat.h"
 
 #include <c10/core/LargeModelSupport.h>
 #include <c10/core/StorageImpl.h>
@@ -154,7 +155,7 @@ SizeResult measure(const Settings& s, size_t size, unsigned long long* counter) 
       throw CheckFailed("a storage is not managed by LMS: is LMS enabled in this build?");
     }
     storages.back()->lms()->pin();
-    LMS_BENCH_CUDA(fill_pattern(static_cast<uint32_t*>(storages.back()->mutable_data()),
+    LMS_BENCH_CUDA(fill_pattern(static_cast<uint32_t*>(writable_data(*storages.back())),
                                 size / sizeof(uint32_t), seed_for(i), compute));
     storages.back()->lms()->unpin();
   }
@@ -212,7 +213,7 @@ SizeResult measure(const Settings& s, size_t size, unsigned long long* counter) 
       // A mutable access, as a training step's next write would make: without it the next
       // page-out finds the host copy current and copies nothing (clean reclaim), which is not
       // what this benchmark measures.
-      static_cast<void>(storage->mutable_data());
+      static_cast<void>(writable_data(*storage));
       storage->lms()->unpin();
     }
 

@@ -21,6 +21,7 @@
 #include "kernels.h"
 #include "oversubscription_bound.h"
 #include "primary_context.h"
+#include "torch_compat.h"
 #include "pattern.h"
 
 #include <c10/core/LargeModelSupport.h>
@@ -171,10 +172,6 @@ struct StepTimes {
   std::vector<uint32_t> grad;  // the final gradient, for the checks
 };
 
-int64_t aggregate(const c10::CachingDeviceAllocator::StatArray& stat) {
-  return stat[static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE)].peak;
-}
-
 #ifdef LMS_BENCH_POLICY_STATS
 c10::lms::PolicyCounters policy_delta(const c10::lms::PolicyCounters& before,
                                       const c10::lms::PolicyCounters& after) {
@@ -232,7 +229,7 @@ StepTimes run_loop(const Settings& s, int layers, size_t bytes) {
           ? nullptr
           : static_cast<const uint32_t*>(activations[layer - 1]->data());
       LMS_BENCH_CUDA(forward_layer(
-          in, static_cast<uint32_t*>(activations.back()->mutable_data()), words, layer,
+          in, static_cast<uint32_t*>(writable_data(*activations.back())), words, layer,
           Mixing{s.rounds, s.data_rounds}, stream));
       if (layer > 0) {
         unpin(activations[layer - 1]);
@@ -240,11 +237,11 @@ StepTimes run_loop(const Settings& s, int layers, size_t bytes) {
     }
     unpin(activations.back());
     LMS_BENCH_CUDA(cudaEventRecord(middle, stream));
-    LMS_BENCH_CUDA(init_grad(static_cast<uint32_t*>(grad->mutable_data()), words, stream));
+    LMS_BENCH_CUDA(init_grad(static_cast<uint32_t*>(writable_data(*grad)), words, stream));
     for (int layer = layers - 1; layer >= 0; --layer) {
       pin(activations[layer]);
       LMS_BENCH_CUDA(backward_layer(static_cast<const uint32_t*>(activations[layer]->data()),
-                                    static_cast<uint32_t*>(grad->mutable_data()), words,
+                                    static_cast<uint32_t*>(writable_data(*grad)), words,
                                     Mixing{s.rounds, s.data_rounds}, stream));
       unpin(activations[layer]);
       activations[layer].reset();
@@ -279,7 +276,7 @@ StepTimes run_loop(const Settings& s, int layers, size_t bytes) {
   times.ahead_without_room = pool.ahead_without_room() - without_room_before;
   times.host_held_bytes = static_cast<int64_t>(pool.held_bytes());
 #endif
-  times.reserved_peak = aggregate(Caching::getDeviceStats(device).reserved_bytes);
+  times.reserved_peak = aggregate_peak(Caching::getDeviceStats(device).reserved_bytes);
   times.grad.resize(words);
   LMS_BENCH_CUDA(cudaMemcpy(times.grad.data(), grad->data(), bytes, cudaMemcpyDeviceToHost));
   unpin(grad);

@@ -7,6 +7,9 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+// PyTorch 1.x has no such query (nothing in its c10 asks whether a primary context exists), so
+// there is nothing to register: bench/CMakeLists.txt defines this where the tree declares it.
+#if LMS_BENCH_C10_HAS_PRIMARY_CONTEXT_QUERY
 namespace c10::cuda::_internal {
 // Defined in c10/cuda/CUDAFunctions.cpp, declared by no header (CUDAHooks.cpp
 // declares it the same way).
@@ -52,3 +55,11 @@ void register_primary_context_query() {
 }
 
 } // namespace lms_bench
+
+#else
+
+namespace lms_bench {
+void register_primary_context_query() {}
+} // namespace lms_bench
+
+#endif

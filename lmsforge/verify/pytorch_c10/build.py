@@ -55,10 +55,6 @@ def _forget_foreign_configuration(build_dir: Path) -> None:
     forget_foreign_configuration(build_dir, CMAKE_DIR)
 
 
-# The benchmarks use c10's CachingDeviceAllocator statistics API (PyTorch 2.x).
-BENCH_NEEDS = "c10/core/CachingDeviceAllocator.h"
-
-
 def have_benchmarks() -> bool:
     """Whether bench/ is here (a source checkout of lmsforge, not an installed package)."""
     return (BENCH_DIR / "CMakeLists.txt").is_file()
@@ -68,8 +64,6 @@ def benchmarks_unavailable(tree: Path) -> str:
     """Why the benchmarks cannot be built for TREE, or "" when they can."""
     if not have_benchmarks():
         return "no bench/ beside lmsforge (not a source checkout)"
-    if not (tree / BENCH_NEEDS).is_file():
-        return f"they use {BENCH_NEEDS} (PyTorch 2.x), which this tree lacks"
     return ""
 
 
