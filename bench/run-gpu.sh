@@ -118,6 +118,9 @@ fi
 
 # ---- build -----------------------------------------------------------------
 cpuinfo_lib=$(ls "$here"/deps/cpuinfo/lib/libcpuinfo.so* | head -1)
+# lmsforge plan's replay on this GPU (bench/plan_replay_gpu.py) follows the 2.x allocator API.
+plan_target=()
+[ -f "$here/tree/c10/core/CachingDeviceAllocator.h" ] && plan_target=(lms_plan_replay)
 say "building in $build_dir (log: $out/build.log)"
 {
   cmake -G "$generator" -S "$here/bench" -B "$build_dir" \
@@ -133,7 +136,8 @@ say "building in $build_dir (log: $out/build.log)"
     -DCMAKE_CUDA_COMPILER="$nvcc" \
     ${arch_args[@]+"${arch_args[@]}"} &&
   cmake --build "$build_dir" --parallel "$jobs" --target \
-    lms_core_tests lms_cuda_tests lms_bench_copy lms_bench_oversub lms_device_probe
+    lms_core_tests lms_cuda_tests lms_bench_copy lms_bench_oversub lms_device_probe \
+    ${plan_target[@]+"${plan_target[@]}"}
 } > "$out/build.log" 2>&1 || finish failed $EXIT_BUILD "the build failed: $(grep -m1 -E 'error|Error' "$out/build.log")"
 bin="$build_dir/bin"
 say "built c10, c10_cuda, lms_core_tests, lms_cuda_tests and the benchmarks"

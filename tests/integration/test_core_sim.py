@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CORE_SIM_SEEDS
+from script_module import load_script
 from lmsforge.series import manifest as series_mod
 from lmsforge.frameworks import pytorch
 from lmsforge.verify.levels import FAIL, PASS, LevelContext, LevelResult
@@ -245,6 +246,16 @@ def test_the_series_passes_every_level_to_core_sim_under_several_seeds(
         assert recorder["moves_started"] > 0
         # A ResNet-50 step is far under the recorder's event cap: every step was recorded.
         assert recorder["overlong_steps"] == 0
+    # Every replay can be made again on a GPU as it was run here (bench/plan_replay_gpu.py
+    # reads the arguments each JSON records), the defaults at half the peak first.
+    gpu_check = load_script(REPO / "bench" / "plan_replay_gpu.py", "plan_replay_gpu")
+    again = gpu_check.simulated_runs(Path(models["work"]))
+    assert [path.name for path, _ in again[:3]] == ["lms-1of2.json"] * 3
+    assert {path.parent.name for path, _ in again} == {"resnet50", "unet3d", "gpt2-medium"}
+    assert any(data["record"] for _, data in again) and any(data["plan"] for _, data in again)
+    for path, data in again:
+        assert (path.parent / "replay.txt").is_file()
+        assert not data["plan"] or (path.parent / Path(data["plan"]).name).is_file()
     # The activation-dominated ResNet-50 fits at both limits.
     assert all(row["completed"] for row in models["models"][0]["limits"])
     assert all(row["clairvoyant"]["completed"] for row in models["models"][0]["limits"])

@@ -1,6 +1,8 @@
-// lms_plan_replay_sim: replays one traced PyTorch training step (lmsforge plan) through the
-// series' real CUDA caching allocator and LMS, linked against lmsforge's simulated CUDA
-// runtime. Nothing here models the allocator: every storage is a c10::StorageImpl from
+// lms_plan_replay_sim / lms_plan_replay: replays one traced PyTorch training step (lmsforge
+// plan) through the series' real CUDA caching allocator and LMS, linked against lmsforge's
+// simulated CUDA runtime (replay_device_sim.cpp) or run on a GPU (replay_device_gpu.cu, the
+// check of the simulated figures: bench/plan_replay_gpu.py). Nothing here models the
+// allocator: every storage is a c10::StorageImpl from
 // CUDACachingAllocator, pinned the way at::LmsPinGuard pins an operator's arguments, and read
 // or written through the same accessors ATen's kernels use, so LMS pages it as in training.
 //
@@ -11,9 +13,9 @@
 //
 // Per operator: open a PinScope, pin what it reads and writes, create what it allocates
 // (pinned until the scope closes, as an operator's outputs are), take the data pointers
-// (which pages reclaimed storages in), launch a host kernel that takes the traced duration in
-// virtual time, checks every read storage's sample windows against the pattern its last
-// writer left and writes a new pattern into every written one; close the scope, drop what
+// (which pages reclaimed storages in), launch a kernel that takes the traced duration (virtual
+// time on the simulator), checks every read storage's sample windows against the pattern its
+// last writer left and writes a new pattern into every written one (replay_device.h); close the scope, drop what
 // the trace frees. Every step after the first replays the trace again: storages the trace
 // allocates and never frees (optimizer state) exist by then and are written instead.
 //
@@ -31,6 +33,7 @@
 
 #include "common.h"
 #include "primary_context.h"
+#include "replay_device.h"
 
 #include <c10/core/LargeModelSupport.h>
 #include <c10/core/StorageImpl.h>
@@ -40,8 +43,6 @@
 #include <c10/cuda/CUDALargeModelSupport.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
-
-#include <lms_cuda_sim.h>
 
 #include <algorithm>
 #include <atomic>
@@ -61,6 +62,8 @@ namespace Caching = c10::cuda::CUDACachingAllocator;
 using c10::CachingDeviceAllocator::DeviceStats;
 using c10::CachingDeviceAllocator::StatType;
 using StoragePtr = c10::intrusive_ptr<c10::StorageImpl>;
+using lms_replay::Access;
+using lms_replay::OperatorWork;
 
 constexpr const char* kProgram = "lms_plan_replay";
 constexpr const char* kScriptHeader = "lmsforge-replay 1";
@@ -154,94 +157,6 @@ Script read_script(const std::string& path) {
     }
   }
   return script;
-}
-
-// The contents a storage's writer leaves in its sample windows: a word per window that depends
-// on the storage, how often it was written and the window, so that another storage's bytes, an
-// older version or poison never pass for it.
-uint64_t pattern_word(int64_t id, uint64_t version, size_t window) {
-  uint64_t x = static_cast<uint64_t>(id) * 0x9e3779b97f4a7c15ULL ^ version * 0xbf58476d1ce4e5b9ULL ^
-      (window + 1) * 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  x *= 0xd6e8feb86659fd3dULL;
-  return (x ^ (x >> 29)) | 1;  // never zero: fresh host pages are
-}
-
-// The windows checked and written: those the simulator moves under sparse data (every
-// LMS_SIM_SPARSE_STRIDE bytes, the first LMS_SIM_SPARSE_WINDOW of them, from the start), whole
-// 8-byte words of them.
-template <typename Visit>
-void for_each_window(size_t bytes, Visit visit) {
-  size_t window = 0;
-  for (size_t offset = 0; offset + sizeof(uint64_t) <= bytes;
-       offset += LMS_SIM_SPARSE_STRIDE, ++window) {
-    size_t length = std::min(LMS_SIM_SPARSE_WINDOW, bytes - offset) / sizeof(uint64_t);
-    visit(offset, length, window);
-  }
-}
-
-struct Access {
-  void* data;
-  size_t bytes;
-  int64_t id;
-  uint64_t version;  // expected for a check, left by a write
-};
-
-// What one operator's kernel does; owned by the kernel, which deletes it.
-struct Job {
-  int64_t op;
-  std::vector<Access> checks, writes;
-  std::atomic<int64_t>* mismatches;
-  std::string* first_mismatch;
-};
-
-cudaError_t run_job(void* raw) {
-  Job* job = *static_cast<Job**>(raw);
-  std::unique_ptr<Job> owned(job);
-  for (const Access& a : job->checks) {
-    bool bad = false;
-    cudaError_t fault = cudaSuccess;
-    for_each_window(a.bytes, [&](size_t offset, size_t words, size_t window) {
-      auto* bytes = static_cast<uint8_t*>(
-          lmsSimDeviceBytes(static_cast<uint8_t*>(a.data) + offset, words * 8));
-      if (bytes == nullptr) {
-        fault = cudaErrorIllegalAddress;
-        return;
-      }
-      uint64_t expected = pattern_word(a.id, a.version, window);
-      for (size_t w = 0; w < words; ++w) {
-        uint64_t found = 0;
-        std::memcpy(&found, bytes + w * 8, 8);
-        bad = bad || found != expected;
-      }
-    });
-    if (fault != cudaSuccess) {
-      return fault;
-    }
-    if (bad && job->mismatches->fetch_add(1) == 0) {
-      *job->first_mismatch = "storage " + std::to_string(a.id) + " read by operator " +
-          std::to_string(job->op) + " does not hold what its last writer wrote";
-    }
-  }
-  for (const Access& a : job->writes) {
-    cudaError_t fault = cudaSuccess;
-    for_each_window(a.bytes, [&](size_t offset, size_t words, size_t window) {
-      auto* bytes = static_cast<uint8_t*>(
-          lmsSimDeviceBytes(static_cast<uint8_t*>(a.data) + offset, words * 8));
-      if (bytes == nullptr) {
-        fault = cudaErrorIllegalAddress;
-        return;
-      }
-      uint64_t word = pattern_word(a.id, a.version, window);
-      for (size_t w = 0; w < words; ++w) {
-        std::memcpy(bytes + w * 8, &word, 8);
-      }
-    });
-    if (fault != cudaSuccess) {
-      return fault;
-    }
-  }
-  return cudaSuccess;
 }
 
 struct Live {
@@ -406,13 +321,10 @@ class Replay {
       if (live.storage->nbytes() == 0) {
         continue;
       }
-      auto job = std::make_unique<Job>();
-      job->op = -1;
-      job->mismatches = &mismatches_;
-      job->first_mismatch = &first_mismatch_;
+      OperatorWork job{-1, {}, {}};
       c10::lms::PinScope scope;
       scope.pin(*live.storage);
-      job->checks.push_back(Access{const_cast<void*>(live.storage->data()),
+      job.checks.push_back(Access{const_cast<void*>(live.storage->data()),
                                    live.storage->nbytes(), id, live.version});
       launch(std::move(job), 0);
     }
@@ -423,8 +335,9 @@ class Replay {
     live_.clear();
   }
 
-  int64_t mismatches() const { return mismatches_.load(); }
-  const std::string& first_mismatch() const { return first_mismatch_; }
+  // Up to the last synchronisation.
+  int64_t mismatches() { return device_.mismatches(); }
+  std::string first_mismatch() { return device_.first_mismatch(); }
   const std::string& oom() const { return oom_; }
   int64_t oom_op() const { return oom_op_; }
 
@@ -502,25 +415,19 @@ class Replay {
 
   // An initial storage's first contents (a batch copied in, parameters loaded).
   void write_alone(int64_t id) {
-    auto job = std::make_unique<Job>();
-    job->op = -1;
-    job->mismatches = &mismatches_;
-    job->first_mismatch = &first_mismatch_;
+    OperatorWork job{-1, {}, {}};
     Live& live = live_[id];
     c10::lms::PinScope scope;
     scope.pin(*live.storage);
     if (live.storage->nbytes() != 0) {
-      job->writes.push_back(
+      job.writes.push_back(
           Access{live.storage->mutable_data(), live.storage->nbytes(), id, ++live.version});
     }
     launch(std::move(job), 0);
   }
 
   void run_op(const Op& op, int number, StepFigures* figures) {
-    auto job = std::make_unique<Job>();
-    job->op = op.id;
-    job->mismatches = &mismatches_;
-    job->first_mismatch = &first_mismatch_;
+    OperatorWork job{op.id, {}, {}};
     {
       c10::lms::PinScope scope;  // at::LmsPinGuard's scope in the operator's wrapper
       // What the operator makes, first: a storage it both makes and reads (a Python scalar
@@ -551,14 +458,14 @@ class Replay {
       for (int64_t id : op.reads) {
         Live& live = find(id, op);
         if (live.storage->nbytes() != 0) {
-          job->checks.push_back(Access{const_cast<void*>(live.storage->data()),
+          job.checks.push_back(Access{const_cast<void*>(live.storage->data()),
                                        live.storage->nbytes(), id, live.version});
         }
       }
       for (int64_t id : written) {
         Live& live = find(id, op);
         if (live.storage->nbytes() != 0) {
-          job->writes.push_back(Access{live.storage->mutable_data(), live.storage->nbytes(), id,
+          job.writes.push_back(Access{live.storage->mutable_data(), live.storage->nbytes(), id,
                                        live.version + 1});
         }
       }
@@ -576,15 +483,8 @@ class Replay {
     }
   }
 
-  void launch(std::unique_ptr<Job> job, double duration_ns) {
-    Job* raw = job.release();
-    lmsSimKernelWork work{0, 0, duration_ns};
-    cudaError_t status =
-        lmsSimLaunchHostKernel(stream_, "replayed_operator", run_job, &raw, sizeof(raw), &work);
-    if (status != cudaSuccess) {
-      delete raw;
-      LMS_BENCH_CUDA(status);
-    }
+  void launch(OperatorWork job, double duration_ns) {
+    LMS_BENCH_CUDA(device_.launch(stream_, std::move(job), duration_ns));
   }
 
   const Script& script_;
@@ -593,8 +493,7 @@ class Replay {
   std::vector<int64_t> refused_ins_;  // planned page-ins to ask for again
   cudaStream_t stream_ = nullptr;
   std::unordered_map<int64_t, Live> live_;
-  std::atomic<int64_t> mismatches_{0};
-  std::string first_mismatch_;
+  lms_replay::Device device_;
   std::string oom_;
   int64_t oom_op_ = -1;
 };
@@ -611,7 +510,8 @@ void write_series(Json& json, const std::string& key, const std::vector<int64_t>
 int run(int argc, char** argv) {
   Args args(kProgram,
             "Replays a traced training step (an lmsforge replay script) through the real\n"
-            "CUDA caching allocator and LMS on the simulated CUDA runtime; writes JSON.\n"
+            "CUDA caching allocator and LMS (on lmsforge's simulated CUDA runtime, or on a\n"
+            "GPU as lms_plan_replay); writes JSON.\n"
             "LMS and its settings come from PYTORCH_CUDA_ALLOC_CONF, as for a user.");
   args.option("script", "", "replay script to read (required)");
   args.option("out", "", "JSON file to write (required)");
@@ -657,10 +557,14 @@ int run(int argc, char** argv) {
   json.begin_object();
   json.field("program", kProgram);
   json.field("schema", 1);
-  json.field("simulated", true);
-  write_timing(json, lmsSimCalibration());
+  json.field("simulated", lms_replay::Device::simulated());
+  write_timing(json, lms_replay::Device::calibration());
   const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
   json.field("alloc_conf", conf != nullptr ? conf : "");
+  // How it was run besides the environment, so that a run can be made again (on a GPU:
+  // bench/plan_replay_gpu.py).
+  json.field("record", mark_steps);
+  json.field("plan", args.get("plan"));
   json.field("lms_enabled", c10::cuda::lms::enabled());
   json.field("lms_limit_bytes", static_cast<long long>(c10::cuda::lms::current_limit(0)));
   json.field("device_memory_bytes", device_total);

@@ -226,6 +226,7 @@ def run_model_benchmarks(program: Path, work: Path, say: Callable[[str], None]) 
         return {"problem": problem, "seconds": round(timer.seconds, 1)}
     report["seconds"] = round(timer.seconds, 1)
     report["summary"] = model_bench.summary(report)
+    report["work"] = str(work)  # every replay's script and JSON: bench/plan_replay_gpu.py's input
     return report
 
 

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""The model benchmarks' simulated replays, replayed again on a GPU: how far the simulator's
+step times (and so `lmsforge plan`'s and the model benchmarks' figures) are from a real device.
+
+    python3 bench/plan_replay_gpu.py --runs MODELS_DIR --program build/bin/lms_plan_replay \\
+        --out plan-replay-gpu.json [--budget-s 150]
+
+MODELS_DIR is what the model benchmarks leave (lmsforge/plan/model_bench.py: one folder per
+model, each with its replay script `replay.txt`, every replay's JSON and the plans of moves they
+played). Every simulated replay there that completed is run once more by `lms_plan_replay`, the
+same replay.cpp built for the GPU (lmsforge/plan/native/replay_device_gpu.cu): the same script,
+the same PYTORCH_CUDA_ALLOC_CONF (LMS limit in bytes included, so the device's size does not
+matter), the same number of steps, the same recording and plan. Each operator is one kernel that
+checks and writes its storages' sample windows and then spins on the GPU's timer for the traced
+duration; LMS's copies run beside it on the copy engines, as beside real kernels.
+
+What differs from the simulator is then the device itself: the link's real rates and latencies,
+the host's work between copies (pinning, events, locks), kernel launch gaps. The report gives,
+per replay, the reported step on each (the median after the first, as the model benchmarks
+report it), their ratio, the bytes copied out and in on each, and whether every read on the GPU
+found its bytes (exit 1 if not). Runs are taken in a
+fixed order (the defaults and the recorded-order policy at half the peak first) until the budget
+is spent; the rest are listed as not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout or a GPU bundle
+
+from lmsforge.plan import replay  # noqa: E402
+
+RUN_TIMEOUT_S = 120
+# The runs that answer issue 31's question first: the defaults, LMS's own recorded-order policy
+# and the played plans, at half the peak, then a quarter, then every other setting tried.
+ORDER = ("lms-1of2.json", "recorded-1of2.json", "played-1of2", "lms-1of2-", "lms-1of4.json",
+         "recorded-1of4.json", "played-1of4", "lms-1of4-", "without-lms.json")
+
+
+def figures(data: dict) -> replay.Replayed:
+    """A replay's JSON read as the model benchmarks read it: the reported step is the median
+    after the first (replay.reported_step), bytes out leave clean page-outs out."""
+    return replay.parse_result(data, data.get("alloc_conf", ""))
+
+
+def order_key(path: Path) -> tuple[int, str]:
+    for rank, prefix in enumerate(ORDER):
+        if path.name.startswith(prefix):
+            return rank, str(path)
+    return len(ORDER), str(path)
+
+
+def simulated_runs(models: Path) -> list[tuple[Path, dict]]:
+    runs = []
+    for path in sorted(models.glob("*/*.json"), key=order_key):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if (data.get("program") == "lms_plan_replay" and data.get("simulated") is True
+                and data.get("completed") and "record" in data):
+            runs.append((path, data))
+    return runs
+
+
+def replay_on_gpu(program: Path, path: Path, sim: dict, work: Path) -> dict:
+    script = path.parent / "replay.txt"
+    out = work / path.parent.name / path.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = [str(program), "--script", str(script), "--out", str(out),
+               "--steps", str(len(sim["steps"])), "--record", "1" if sim["record"] else "0"]
+    if sim.get("plan"):
+        command += ["--plan", str(path.parent / Path(sim["plan"]).name)]
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("LMS_SIM_", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_LMS_"))}
+    env["PYTORCH_CUDA_ALLOC_CONF"] = sim["alloc_conf"]
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, env=env,
+                              timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"error": f"did not finish within {RUN_TIMEOUT_S} s"}
+    seconds = time.monotonic() - started
+    if not out.is_file():
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+        return {"error": f"exit {proc.returncode}, no result: {tail[0]}"}
+    gpu = json.loads(out.read_text())
+    gpu["exit_code"], gpu["wall_s"] = proc.returncode, round(seconds, 1)
+    return gpu
+
+
+def row(path: Path, sim_data: dict, gpu_data: dict) -> dict:
+    sim = figures(sim_data)
+    entry = {"model": path.parent.name, "run": path.stem, "alloc_conf": sim.alloc_conf,
+             "record": sim_data["record"], "plan": bool(sim_data.get("plan")),
+             "sim_step_ms": round(sim.step_ms, 3), "sim_bytes_out": sim.bytes_out,
+             "sim_bytes_in": sim.bytes_in}
+    if "error" in gpu_data:
+        entry["error"] = gpu_data["error"]
+        return entry
+    gpu = figures(gpu_data)
+    entry.update(gpu_completed=gpu.completed, gpu_data_ok=gpu.data_ok,
+                 gpu_exit_code=gpu_data["exit_code"], gpu_wall_s=gpu_data["wall_s"],
+                 gpu_steps_ms=[round(ms, 3) for ms in gpu.step_ms_each])
+    if gpu.completed:
+        entry.update(gpu_step_ms=round(gpu.step_ms, 3),
+                     gpu_over_sim=round(gpu.step_ms / sim.step_ms, 3),
+                     gpu_bytes_out=gpu.bytes_out, gpu_bytes_in=gpu.bytes_in,
+                     gpu_recorder=gpu.recorder, gpu_planned_moves=gpu.planned_moves)
+    else:
+        entry["gpu_oom"] = gpu.oom
+    return entry
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=Path, required=True,
+                        help="the model benchmarks' folder (one subfolder per model)")
+    parser.add_argument("--program", type=Path, required=True,
+                        help="lms_plan_replay built for this GPU (run-gpu.sh builds it)")
+    parser.add_argument("--out", type=Path, required=True, help="JSON report to write")
+    parser.add_argument("--budget-s", type=float, default=150.0,
+                        help="start no replay after this many seconds (default 150)")
+    args = parser.parse_args(argv)
+    if not args.program.is_file():
+        print(f"plan-replay-gpu: {args.program} not found: build it with run-gpu.sh "
+              "(it is built where the tree has c10/core/CachingDeviceAllocator.h)",
+              file=sys.stderr)
+        return 2
+    runs = simulated_runs(args.runs)
+    if not runs:
+        print(f"plan-replay-gpu: no simulated replay with its arguments under {args.runs}/*/: "
+              "run the model benchmarks (lmsforge verify --level core-sim) first", file=sys.stderr)
+        return 2
+    work = args.out.parent / "plan-replay-gpu-runs"
+    started = time.monotonic()
+    rows, not_run = [], []
+    for path, sim in runs:
+        if time.monotonic() - started > args.budget_s:
+            not_run.append(f"{path.parent.name}/{path.stem}")
+            continue
+        rows.append(row(path, sim, replay_on_gpu(args.program, path, sim, work)))
+        r = rows[-1]
+        print(f"{r['model']:12} {r['run']:22} sim {r['sim_step_ms']:9.2f} ms  gpu "
+              + (f"{r['gpu_step_ms']:9.2f} ms  x{r['gpu_over_sim']:.3f}  data "
+                 f"{'ok' if r['gpu_data_ok'] else 'WRONG'}" if "gpu_step_ms" in r
+                 else r.get("error", f"out of memory: {r.get('gpu_oom', '')}")), flush=True)
+    wrong = [r for r in rows if r.get("gpu_data_ok") is False or r.get("gpu_exit_code", 0) == 1]
+    args.out.write_text(json.dumps({"program": "plan_replay_gpu", "rows": rows,
+                                    "not_run": not_run}, indent=1) + "\n")
+    print(f"plan-replay-gpu: {len(rows)} replays on the GPU, {len(not_run)} not run (budget); "
+          f"{len(wrong)} with wrong data; wrote {args.out}")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
