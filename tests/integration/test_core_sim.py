@@ -173,6 +173,9 @@ def test_the_series_passes_every_level_to_core_sim_under_several_seeds(
     for seed_run in seeds:
         assert seed_run["ok"] and seed_run["failed"] == 0 and seed_run["skipped"] == 0, seed_run
         assert seed_run["passed"] == seeds[0]["passed"] > 0
+        # Each seed ran the tests in an order of its own (sim_seeds.order_args).
+        assert (f"Randomizing tests' orders with a seed of {seed_run['seed']} ."
+                in Path(seed_run["log"]).read_text())
     assert sim["facts"]["simulated"] is True and sim["facts"]["gpu"] is False
     assert "not a GPU result" in sim["detail"]
     # Both series run the benchmarks (bench/torch_compat.h spans the 1.x and 2.x c10 API).

@@ -130,6 +130,7 @@ def test_a_failing_seed_is_named_with_its_replay() -> None:
     assert result.status == FAIL
     assert result.detail.startswith("1 of 3 seeds failed; seed 2: something; replay: "
                                     "LMS_SIM_DEVICES=2 LMS_SIM_SEED=2 /b/lms_cuda_tests_sim "
+                                    "--gtest_shuffle --gtest_random_seed=2 "
                                     "--gtest_filter=Suite.Broken")
 
 
@@ -281,3 +282,12 @@ def test_model_benchmarks_run_for_the_planner_series_only() -> None:
     assert "v2.6.0 series' c10 API, not v1.13.1's" in \
         sim_level.model_benchmarks_unavailable("v1.13.1")
     assert sim_level.model_benchmarks_unavailable("v2.6.0") == ""  # torch: the test extra
+
+
+def test_each_seed_runs_the_tests_in_its_own_order_and_its_replay_keeps_it() -> None:
+    # Shuffled by the seed: an order the author never ran, the same again for the replay.
+    assert sim_level.sim_seeds.order_args(4) == ["--gtest_shuffle", "--gtest_random_seed=4"]
+    assert sim_level.replay_command(BINARY, 4).endswith(
+        f"{BINARY} --gtest_shuffle --gtest_random_seed=4")
+    assert sim_level.replay_command(BINARY, 5, ["A.B"]).endswith(
+        "--gtest_shuffle --gtest_random_seed=5 --gtest_filter=A.B")

@@ -113,7 +113,7 @@ def env_for(seed: int) -> dict[str, str]:
 
 
 def replay_command(binary: Path, seed: int, tests: Sequence[str] = ()) -> str:
-    return sim_seeds.replay_command(env_for(seed), binary, tests)
+    return sim_seeds.replay_command(env_for(seed), binary, seed, tests)
 
 
 def run_seed(binary: Path, seed: int, work_dir: Path, tests: Sequence[str] = ()) -> SeedRun:

@@ -31,10 +31,22 @@ class SeedRun(NamedTuple):
                 "seconds": round(self.seconds, 1), "log": str(self.log), **counts}
 
 
-def replay_command(env: Mapping[str, str], binary: Path, tests: Sequence[str] = ()) -> str:
+def order_args(seed: int) -> list[str]:
+    """googletest's test order under SEED: shuffled, another order for each seed and the same
+    one again for its replay. A test must not depend on what ran before it; two did, and only a
+    shuffled run on an H200 showed it (2026-11-30). SEED is at least 1 (0 asks googletest
+    for a seed from the clock)."""
+    return ["--gtest_shuffle", f"--gtest_random_seed={seed}"]
+
+
+def replay_command(env: Mapping[str, str], binary: Path, seed: int,
+                   tests: Sequence[str] = ()) -> str:
+    """The command that runs SEED's tests again, in its order; with TESTS, only those (in the
+    order googletest shuffles them to: a failure that needs a test before it replays without
+    the filter)."""
     settings = " ".join(f"{key}={value}" for key, value in env.items())
     filter_arg = f" --gtest_filter={':'.join(tests)}" if tests else ""
-    return f"{settings} {binary}{filter_arg}"
+    return f"{settings} {binary} {' '.join(order_args(seed))}{filter_arg}"
 
 
 def run_seed(binary: Path, seed: int, env: Mapping[str, str], work_dir: Path, *, kind: str,
@@ -43,12 +55,12 @@ def run_seed(binary: Path, seed: int, env: Mapping[str, str], work_dir: Path, *,
     ("CUDA", "GPU") is what the skip message calls the tests."""
     log = work_dir / f"{LEVEL}.seed-{seed}.log"
     started = time.monotonic()
-    extra_args = [f"--gtest_filter={':'.join(tests)}"] if tests else []
+    extra_args = order_args(seed) + ([f"--gtest_filter={':'.join(tests)}"] if tests else [])
     try:
         run = gtest.run_gtest(binary, log=log, json_path=log.with_suffix(".json"),
                               extra_args=extra_args, timeout=timeout, env=dict(env))
     except CheckFailed as error:  # a crash or a hang
-        return SeedRun(seed, None, f"{error}; replay: {replay_command(env, binary)}",
+        return SeedRun(seed, None, f"{error}; replay: {replay_command(env, binary, seed)}",
                        time.monotonic() - started, log)
     report = run.report
     problem = ""
@@ -67,7 +79,7 @@ def run_seed(binary: Path, seed: int, env: Mapping[str, str], work_dir: Path, *,
         problem = (f"{len(tests)} tests were asked for and {report.passed + report.failed} ran"
                    + (f"; {problem}" if problem else ""))
     if problem:
-        problem += f"; replay: {replay_command(env, binary, report.failures)}"
+        problem += f"; replay: {replay_command(env, binary, seed, report.failures)}"
     return SeedRun(seed, report, problem, time.monotonic() - started, log)
 
 

@@ -243,7 +243,7 @@ def env_for(seed: int, sim_dir: Path) -> dict[str, str]:
 
 
 def replay_command(binary: Path, seed: int, sim_dir: Path, tests: Sequence[str] = ()) -> str:
-    return sim_seeds.replay_command(env_for(seed, sim_dir), binary, tests)
+    return sim_seeds.replay_command(env_for(seed, sim_dir), binary, seed, tests)
 
 
 def run_seed(binary: Path, seed: int, sim_dir: Path, work_dir: Path) -> SeedRun:
