@@ -40,22 +40,32 @@ void for_each_window(size_t bytes, Visit visit) {
   }
 }
 
+// Visits the sample windows of A as (their bytes on the simulated device, their count of
+// words, the window's number); cudaErrorIllegalAddress if one is not device memory.
+template <typename Visit>
+cudaError_t for_each_sample(const Access& a, Visit visit) {
+  cudaError_t fault = cudaSuccess;
+  for_each_window(a.bytes, [&](size_t offset, size_t words, size_t window) {
+    auto* bytes = fault != cudaSuccess ? nullptr : static_cast<uint8_t*>(lmsSimDeviceBytes(
+        static_cast<uint8_t*>(a.data) + offset, words * sizeof(uint64_t)));
+    if (bytes == nullptr) {
+      fault = cudaErrorIllegalAddress;
+      return;
+    }
+    visit(bytes, words, window);
+  });
+  return fault;
+}
+
 cudaError_t run_job(void* raw) {
   std::unique_ptr<Job> job(*static_cast<Job**>(raw));
   for (const Access& a : job->work.checks) {
     bool bad = false;
-    cudaError_t fault = cudaSuccess;
-    for_each_window(a.bytes, [&](size_t offset, size_t words, size_t window) {
-      auto* bytes = static_cast<uint8_t*>(
-          lmsSimDeviceBytes(static_cast<uint8_t*>(a.data) + offset, words * 8));
-      if (bytes == nullptr) {
-        fault = cudaErrorIllegalAddress;
-        return;
-      }
+    cudaError_t fault = for_each_sample(a, [&](uint8_t* bytes, size_t words, size_t window) {
       uint64_t expected = pattern_word(a.id, a.version, window);
       for (size_t w = 0; w < words; ++w) {
         uint64_t found = 0;
-        std::memcpy(&found, bytes + w * 8, 8);
+        std::memcpy(&found, bytes + w * sizeof(uint64_t), sizeof(uint64_t));
         bad = bad || found != expected;
       }
     });
@@ -69,17 +79,10 @@ cudaError_t run_job(void* raw) {
     }
   }
   for (const Access& a : job->work.writes) {
-    cudaError_t fault = cudaSuccess;
-    for_each_window(a.bytes, [&](size_t offset, size_t words, size_t window) {
-      auto* bytes = static_cast<uint8_t*>(
-          lmsSimDeviceBytes(static_cast<uint8_t*>(a.data) + offset, words * 8));
-      if (bytes == nullptr) {
-        fault = cudaErrorIllegalAddress;
-        return;
-      }
+    cudaError_t fault = for_each_sample(a, [&](uint8_t* bytes, size_t words, size_t window) {
       uint64_t word = pattern_word(a.id, a.version, window);
       for (size_t w = 0; w < words; ++w) {
-        std::memcpy(bytes + w * 8, &word, 8);
+        std::memcpy(bytes + w * sizeof(uint64_t), &word, sizeof(uint64_t));
       }
     });
     if (fault != cudaSuccess) {
