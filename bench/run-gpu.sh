@@ -2,6 +2,7 @@
 # The GPU level of an lmsforge bundle in one command (docs/gpu.md):
 #
 #   ./run-gpu.sh RESULTS_DIR [--jobs N] [--build-dir DIR] [--quick] [--no-bench] [--build-only]
+#                [--replays MODELS_DIR]
 #
 # Builds c10, c10_cuda, the LMS googletest programs and the benchmarks from
 # this folder alone (no network), runs lms_core_tests and lms_cuda_tests, then
@@ -10,7 +11,9 @@
 # python3 has a CUDA torch, bench/peers.py then runs save_on_cpu and
 # checkpoint on the oversubscription shapes beside LMS (peers.json + PNG), and
 # bench/planner_gpu_check.py checks lmsforge plan's predicted peaks
-# (planner-gpu.json).
+# (planner-gpu.json). With --replays, the model benchmarks' simulated replays
+# (core-sim's models/ folder) run again on this GPU (bench/plan_replay_gpu.py,
+# plan-replay-gpu.json; v2.x series).
 #
 # Exit codes:
 #   0  every test passed and every benchmark's data check passed
@@ -24,10 +27,10 @@ readonly EXIT_OK=0 EXIT_FAILED=1 EXIT_USAGE=2 EXIT_BUILD=3 EXIT_NO_CUDA=4
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 usage() {
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
 }
 
-out="" jobs="" build_dir="" quick=0 bench=1 build_only=0
+out="" jobs="" build_dir="" quick=0 bench=1 build_only=0 replays=""
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit $EXIT_OK ;;
@@ -36,6 +39,9 @@ while [ $# -gt 0 ]; do
     --build-dir) [ $# -ge 2 ] || { echo "run-gpu.sh: --build-dir needs a value" >&2; exit $EXIT_USAGE; }
             build_dir=$2; shift ;;
     --quick) quick=1 ;;
+    --replays) [ $# -ge 2 ] || { echo "run-gpu.sh: --replays needs the model benchmarks' folder" >&2; exit $EXIT_USAGE; }
+            [ -d "$2" ] || { echo "run-gpu.sh: --replays $2: no such folder (core-sim writes it: <cache>/builds/pytorch/TAG/verify/models)" >&2; exit $EXIT_USAGE; }
+            replays=$(cd "$2" && pwd); shift ;;
     --no-bench) bench=0 ;;
     --build-only) build_only=1 ;;
     -*) echo "run-gpu.sh: unknown option $1 (see --help)" >&2; exit $EXIT_USAGE ;;
@@ -81,7 +87,8 @@ finish() {
   "benchmarks": {"copy_engine": "$( [ -f "$out/copy-engine.json" ] && echo copy-engine.json )",
                  "oversubscription": "$( [ -f "$out/oversubscription.json" ] && echo oversubscription.json )",
                  "peers": "$( [ -f "$out/peers.json" ] && echo peers.json )",
-                 "planner": "$( [ -f "$out/planner-gpu.json" ] && echo planner-gpu.json )"}
+                 "planner": "$( [ -f "$out/planner-gpu.json" ] && echo planner-gpu.json )",
+                 "plan_replays": "$( [ -f "$out/plan-replay-gpu.json" ] && echo plan-replay-gpu.json )"}
 }
 JSON
   say "$status: $reason (exit $code; results in $out)"
@@ -217,6 +224,21 @@ if [ "$bench" = 1 ]; then
       --fit --steps 2 --out "$out/planner-gpu.json" 2>&1 | tee -a "$log"
     code=$?
     [ "$code" -eq 0 ] || failed+=("planner (exit $code)")
+  fi
+fi
+
+# lmsforge plan's simulated replays on this GPU: the simulator's step times against the device's.
+if [ -n "$replays" ]; then
+  if [ ${#plan_target[@]} -eq 0 ]; then
+    say "plan replays: skipped: the replay follows the 2.x allocator API, which this tree lacks"
+  elif [ -z "$(command -v python3 || true)" ]; then
+    failed+=("plan replays (python3 not found)")
+  else
+    say "plan replays: the model benchmarks' replays from $replays on this GPU"
+    python3 "$here/bench/plan_replay_gpu.py" --runs "$replays" --program "$bin/lms_plan_replay" \
+      --out "$out/plan-replay-gpu.json" 2>&1 | tee -a "$log"
+    code=$?
+    [ "$code" -eq 0 ] || failed+=("plan replays (exit $code)")
   fi
 fi
 

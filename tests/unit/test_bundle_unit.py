@@ -193,6 +193,8 @@ def test_run_gpu_without_cuda_toolkit_says_so(written_bundle: Path, tmp_path: Pa
     (("out", "--jobs", "many"), "--jobs needs a positive integer"),
     (("out", "--jobs"), "--jobs needs a value"),
     (("a", "b"), "one RESULTS_DIR only"),
+    (("out", "--replays"), "--replays needs the model benchmarks' folder"),
+    (("out", "--replays", "/nonexistent/models"), "--replays /nonexistent/models: no such folder"),
 ])
 def test_run_gpu_usage_errors(written_bundle: Path, args: tuple[str, ...], message: str) -> None:
     proc = run_gpu(written_bundle, *args)
