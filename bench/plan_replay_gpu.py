@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -74,17 +73,13 @@ def replay_on_gpu(program: Path, path: Path, sim: dict, work: Path) -> dict:
     script = path.parent / "replay.txt"
     out = work / path.parent.name / path.name
     out.parent.mkdir(parents=True, exist_ok=True)
-    command = [str(program), "--script", str(script), "--out", str(out),
-               "--steps", str(len(sim["steps"])), "--record", "1" if sim["record"] else "0"]
-    if sim.get("plan"):
-        command += ["--plan", str(path.parent / Path(sim["plan"]).name)]
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("LMS_SIM_", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_LMS_"))}
-    env["PYTORCH_CUDA_ALLOC_CONF"] = sim["alloc_conf"]
+    plan = path.parent / Path(sim["plan"]).name if sim.get("plan") else None
     started = time.monotonic()
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, env=env,
-                              timeout=RUN_TIMEOUT_S)
+        proc = subprocess.run(replay.command(program, script, out, steps=len(sim["steps"]),
+                                             plan=plan, record=sim["record"]),
+                              capture_output=True, text=True,
+                              env=replay.user_env(sim["alloc_conf"]), timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return {"error": f"did not finish within {RUN_TIMEOUT_S} s"}
     seconds = time.monotonic() - started

@@ -45,9 +45,13 @@ namespace device_stats = c10::CachingDeviceAllocator;
 namespace device_stats = c10::cuda::CUDACachingAllocator;
 #endif
 
-// The all-pools peak of one of the allocator's statistics.
+// The all-pools peak and current value of one of the allocator's statistics.
 inline int64_t aggregate_peak(const device_stats::StatArray& stat) {
   return stat[static_cast<size_t>(device_stats::StatType::AGGREGATE)].peak;
+}
+
+inline int64_t aggregate_current(const device_stats::StatArray& stat) {
+  return stat[static_cast<size_t>(device_stats::StatType::AGGREGATE)].current;
 }
 
 } // namespace lms_bench

@@ -156,13 +156,27 @@ def sim_env(device_memory: int, calibration: Path, alloc_conf: str,
     data (lmsforge/sim/README.md), and the allocator settings as a user gives them. A SEED
     turns the simulator's adversarial delays on, so that a missing wait shows as wrong data;
     the timing model does not depend on it."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("LMS_SIM_", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_LMS_"))}
+    env = user_env(alloc_conf)
     env.update({"LMS_SIM_DEVICES": "1", "LMS_SIM_DEVICE_MEMORY": str(device_memory),
                 "LMS_SIM_PINNED_MEMORY": str(PINNED_MEMORY), "LMS_SIM_SPARSE_DATA": "1",
-                "LMS_SIM_CALIBRATION": str(calibration), "PYTORCH_CUDA_ALLOC_CONF": alloc_conf,
-                "LMS_SIM_SEED": str(seed)})
+                "LMS_SIM_CALIBRATION": str(calibration), "LMS_SIM_SEED": str(seed)})
     return env
+
+
+def user_env(alloc_conf: str) -> dict[str, str]:
+    """This process's environment with the allocator settings ALLOC_CONF as a user gives them,
+    and no simulator or LMS setting of its own."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LMS_SIM_", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_LMS_"))}
+    env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
+    return env
+
+
+def command(program: Path, script: Path, out: Path, *, steps: int, plan: Path | None = None,
+            record: bool = False) -> list[str]:
+    """The replay program's command line (lms_plan_replay_sim, or lms_plan_replay on a GPU)."""
+    return [str(program), "--script", str(script), "--out", str(out), "--steps", str(steps)] + \
+        (["--plan", str(plan)] if plan else []) + (["--record", "1"] if record else [])
 
 
 def run(program: Path, script: Path, work: Path, *, device_memory: int, calibration: Path,
@@ -178,10 +192,8 @@ def run(program: Path, script: Path, work: Path, *, device_memory: int, calibrat
     out.unlink(missing_ok=True)
     with log.open("w") as sink:
         try:
-            command = [str(program), "--script", str(script), "--out", str(out),
-                       "--steps", str(steps)] + (["--plan", str(plan)] if plan else []) + \
-                (["--record", "1"] if record else [])
-            proc = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT,
+            proc = subprocess.run(command(program, script, out, steps=steps, plan=plan,
+                                          record=record), stdout=sink, stderr=subprocess.STDOUT,
                                   env=sim_env(device_memory, calibration, alloc_conf, seed),
                                   timeout=REPLAY_TIMEOUT_S)
         except subprocess.TimeoutExpired:

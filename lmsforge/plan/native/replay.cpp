@@ -34,6 +34,7 @@
 #include "common.h"
 #include "primary_context.h"
 #include "replay_device.h"
+#include "torch_compat.h"
 
 #include <c10/core/LargeModelSupport.h>
 #include <c10/core/StorageImpl.h>
@@ -169,14 +170,6 @@ struct StepFigures {
   std::vector<std::pair<std::string, int64_t>> stats;  // memory_stats() keys
   std::vector<int64_t> allocated, reserved;  // after each operator (its allocations made)
 };
-
-int64_t aggregate_current(const c10::CachingDeviceAllocator::StatArray& stat) {
-  return stat[static_cast<size_t>(StatType::AGGREGATE)].current;
-}
-
-int64_t aggregate_peak(const c10::CachingDeviceAllocator::StatArray& stat) {
-  return stat[static_cast<size_t>(StatType::AGGREGATE)].peak;
-}
 
 // The step's share of the accumulated LMS counters, and the peaks since the step began, under
 // the keys torch.cuda.memory_stats() gives them (torch/csrc/cuda/LargeModelSupport.cpp).
