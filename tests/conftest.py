@@ -1,6 +1,7 @@
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
@@ -73,6 +74,35 @@ def _apply_real_series(framework: str, tag: str, into: Path) -> Path:
 def pytorch_v260_lms_tree(tmp_path_factory: pytest.TempPathFactory, real_cache_dir: Path) -> Path:
     """The real PyTorch v2.6.0 tree with patches/pytorch/v2.6.0 applied (read-only for tests)."""
     return _apply_real_series("pytorch", "v2.6.0", tmp_path_factory.mktemp("pt260") / "tree")
+
+
+@pytest.fixture(scope="session")
+def pytorch_v260_mutation_worktree(pytorch_v260_lms_tree: Path,
+                                   tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A git worktree of the v2.6.0 tree for the tests that mutate the series (core-cpu and
+    core-sim mutations, the simulated benchmarks), and the one build folder they all share, so
+    c10 and c10_cuda are compiled once per session and each mutation recompiles one file."""
+    base = tmp_path_factory.getbasetemp()
+    tree = base / "pt260-mutated"
+    if not tree.exists():
+        subprocess.run(["git", "worktree", "add", "--quiet", "--detach", str(tree), "HEAD"],
+                       cwd=pytorch_v260_lms_tree, check=True)
+    return tree, base / "pt260-mutated-build"
+
+
+@pytest.fixture
+def pytorch_v260_mutable(pytorch_v260_mutation_worktree: tuple[Path, Path], real_cache_dir: Path,
+                         monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """The shared mutation worktree back at the series, and its build folder.
+
+    The build's commands name lmsforge's cache (the compiler launcher's --cache, the NVML headers
+    under build-inputs/), so every test that builds in that folder must use the same cache: with
+    each test's own (isolated_env), CMake rewrote every command and ninja ran all 127 compile
+    steps again in each test, 40-50 s of object-cache hits a mutation."""
+    monkeypatch.setenv("LMSFORGE_CACHE_DIR", str(real_cache_dir))
+    tree, build_dir = pytorch_v260_mutation_worktree
+    subprocess.run(["git", "checkout", "--quiet", "--", "."], cwd=tree, check=True)
+    return tree, build_dir
 
 
 @pytest.fixture(scope="session")

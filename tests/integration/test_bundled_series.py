@@ -36,17 +36,11 @@ def test_bundled_series_verify_through_core_cpu(bundled_verification, framework,
 
 
 @pytest.mark.parametrize("mutation", sorted(p.name for p in MUTATIONS.glob("*.patch")))
-def test_a_broken_lms_core_fails_the_core_cpu_level(pytorch_v260_lms_tree, tmp_path_factory,
-                                                    mutation):
+def test_a_broken_lms_core_fails_the_core_cpu_level(pytorch_v260_mutable, mutation):
     """Corrupting the host copy or skipping a pin must make level core-cpu fail."""
-    tree = tmp_path_factory.getbasetemp() / "pt260-mutated"
-    if not tree.exists():
-        subprocess.run(["git", "worktree", "add", "--quiet", "--detach", str(tree), "HEAD"],
-                       cwd=pytorch_v260_lms_tree, check=True)
-    subprocess.run(["git", "checkout", "--quiet", "--", "."], cwd=tree, check=True)
+    tree, build_dir = pytorch_v260_mutable
     subprocess.run(["git", "apply", str(MUTATIONS / mutation)], cwd=tree, check=True)
-    ctx = LevelContext("pytorch", "v2.6.0", tree, "v2.6.0",
-                       tmp_path_factory.getbasetemp() / "pt260-mutated-build")
+    ctx = LevelContext("pytorch", "v2.6.0", tree, "v2.6.0", build_dir)
     try:
         result = pytorch.run_level("core-cpu", ctx)
     finally:

@@ -267,24 +267,14 @@ def test_the_series_passes_every_level_to_core_sim_under_several_seeds(
                      r"clairvoyant [01]\.\d\d\) 1/4 ", sim["detail"]), sim["detail"]
 
 
-@pytest.fixture(scope="module")
-def mutated_tree(pytorch_v260_lms_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tree = tmp_path_factory.getbasetemp() / "pt260-mutated"
-    if not tree.exists():
-        subprocess.run(["git", "worktree", "add", "--quiet", "--detach", str(tree), "HEAD"],
-                       cwd=pytorch_v260_lms_tree, check=True)
-    subprocess.run(["git", "checkout", "--quiet", "--", "."], cwd=tree, check=True)
-    return tree
-
-
 @pytest.mark.parametrize("mutation", sorted(p.name for p in MUTATIONS.glob("*.patch")))
 def test_a_missing_wait_fails_core_sim_with_wrong_data(
-        bundled_verification, tmp_path_factory: pytest.TempPathFactory, mutated_tree: Path,
-        mutation: str) -> None:
+        bundled_verification, pytorch_v260_mutable: tuple[Path, Path], mutation: str) -> None:
     # Meaningful only when the unmutated series passes.
     sim = bundled_verification("pytorch", "v2.6.0").levels["core-sim"]
     assert sim["status"] == PASS, sim["detail"]
     expected = EXPECTED_FAILURES[mutation]
+    mutated_tree, build_dir = pytorch_v260_mutable
     subprocess.run(["git", "apply", str(MUTATIONS / mutation)], cwd=mutated_tree, check=True)
     # Only the tests that must catch the mutation run (the rest cost CI minutes and prove
     # nothing here); such a run can fail the level, never pass it. The fuzzer runs on its own,
@@ -292,8 +282,7 @@ def test_a_missing_wait_fails_core_sim_with_wrong_data(
     # it, and googletest runs the fuzzer's suite first. For the same reason each test of a
     # mutation that crashes runs alone: each must crash.
     tests = sorted(expected - {FUZZER})
-    ctx = LevelContext("pytorch", "v2.6.0", mutated_tree, "v2.6.0",
-                       tmp_path_factory.getbasetemp() / "pt260-mutated-build",
+    ctx = LevelContext("pytorch", "v2.6.0", mutated_tree, "v2.6.0", build_dir,
                        sim_seeds=SEEDS_FOR.get(mutation, MUTATION_SEEDS),
                        sim_tests=tuple(tests))
     runs: list[tuple[tuple[str, ...], LevelResult, dict[int, str]]] = []

@@ -55,6 +55,13 @@ def c10_copy(pytorch_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return tree
 
 
+@pytest.fixture(autouse=True)
+def shared_cache(real_cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One cache for the module: its tests build in the same folders, whose commands name the
+    cache (conftest.pytorch_v260_mutable), so a cache of each test's own would recompile them."""
+    monkeypatch.setenv("LMSFORGE_CACHE_DIR", str(real_cache_dir))
+
+
 @pytest.fixture(scope="module")
 def copy_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("copy-work")

@@ -39,16 +39,12 @@ KNOWN_SERIES_BUG = ("params.err == cudaSuccess && params.block != nullptr",
 
 
 @pytest.fixture(scope="module")
-def programs(pytorch_v260_lms_tree: Path, tmp_path_factory: pytest.TempPathFactory,
-             real_cache_dir: Path) -> Path:
+def programs(pytorch_v260_mutation_worktree: tuple[Path, Path],
+             tmp_path_factory: pytest.TempPathFactory, real_cache_dir: Path) -> Path:
     """The benchmarks built for the simulator from the bundled series, in the work tree and
-    build folder the other slow tests of the series share."""
-    tree = tmp_path_factory.getbasetemp() / "pt260-mutated"
-    if not tree.exists():
-        subprocess.run(["git", "worktree", "add", "--quiet", "--detach", str(tree), "HEAD"],
-                       cwd=pytorch_v260_lms_tree, check=True)
+    build folder (and with the cache) the other slow tests of the series share."""
+    tree, build_dir = pytorch_v260_mutation_worktree
     subprocess.run(["git", "checkout", "--quiet", "--", "."], cwd=tree, check=True)
-    build_dir = tmp_path_factory.getbasetemp() / "pt260-mutated-build"
     build.build(tree, build_dir, [*build.SIM_LIBRARIES, *build.SIM_BENCHMARKS],
                 cache_root=real_cache_dir, log=tmp_path_factory.mktemp("sim-bench") / "build.log")
     return build_dir / "bench"
