@@ -22,7 +22,7 @@ from lmsforge import git
 from lmsforge.cache import default_cache_dir
 from lmsforge.verify.levels import (FAIL, LEVELS, PASS, LevelContext, LevelResult, Timer,
                                     dispatch, judge_tests, skipped)
-from lmsforge.verify.pytorch_c10 import gtest
+from lmsforge.verify.pytorch_c10 import gtest, sim_seeds
 from lmsforge.verify.pytorch_c10 import inputs as c10_inputs
 from lmsforge.verify.tensorflow_tf import (abi_guard, bazel_lists, compile_units, core_cpu,
                                            core_sim, inputs, layout_audit, proto_fields,
@@ -199,10 +199,10 @@ def _core_sim(ctx: LevelContext) -> LevelResult:
             benchmark = core_sim.build_benchmark(sources, paths, objects, guards, library,
                                                  sim_dir, cuda_root, work, log)
     facts["build_seconds"] = round(build_timer.seconds, 1)
-    runs = []
-    for seed in range(1, ctx.sim_seeds + 1):
-        ctx.say(f"core-sim: {core_sim.PROGRAM}, seed {seed} of {ctx.sim_seeds}")
-        runs.append(core_sim.run_seed(binary, seed, sim_dir, ctx.work_dir))
+    runs = sim_seeds.run_seeds(
+        range(1, ctx.sim_seeds + 1),
+        lambda seed: core_sim.run_seed(binary, seed, sim_dir, ctx.work_dir),
+        at_once=sim_seeds.seeds_at_once(ctx.jobs), say=ctx.say, program=core_sim.PROGRAM)
     bench_runs = []
     # Its data check says nothing new where the tests already failed.
     if not no_benchmark and not any(run.problem for run in runs):

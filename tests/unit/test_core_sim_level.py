@@ -4,6 +4,9 @@ the lines a failure prints (the runs themselves: tests/integration/test_core_sim
 from __future__ import annotations
 
 import json
+import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,7 @@ from fixtures import lmsforge
 from lmsforge.errors import UsageError
 from lmsforge.frameworks import pytorch, tensorflow
 from lmsforge.verify.levels import FAIL, LEVELS, PASS, SKIPPED, LevelContext
-from lmsforge.verify.pytorch_c10 import build, sim_level
+from lmsforge.verify.pytorch_c10 import build, process, sim_level, sim_seeds
 from lmsforge.verify.pytorch_c10.gtest import GtestReport
 from lmsforge.verify.tensorflow_tf import core_sim
 
@@ -291,3 +294,67 @@ def test_each_seed_runs_the_tests_in_its_own_order_and_its_replay_keeps_it() -> 
         f"{BINARY} --gtest_shuffle --gtest_random_seed=4")
     assert sim_level.replay_command(BINARY, 5, ["A.B"]).endswith(
         "--gtest_shuffle --gtest_random_seed=5 --gtest_filter=A.B")
+
+
+def _program_seed(seed: int, tmp_path: Path, script: str, live: list[int],
+                  most: list[int], lock: threading.Lock) -> sim_level.SeedRun:
+    """SEED's run as a real program (sh -c SCRIPT, logged as a seed's program is), counting how
+    many such programs are running at once."""
+    with lock:
+        live[0] += 1
+        most[0] = max(most[0], live[0])
+    try:
+        with open(tmp_path / f"seed-{seed}.log", "w") as log:
+            finished = process.run_logged(["sh", "-c", script], log)
+    finally:
+        with lock:
+            live[0] -= 1
+    problem = "" if finished.returncode == 0 else f"exited with {finished.returncode}"
+    return sim_level.SeedRun(seed, None, problem, 0.0, tmp_path / f"seed-{seed}.log")
+
+
+def test_seeds_run_side_by_side_and_come_back_in_seed_order(tmp_path: Path) -> None:
+    live, most, lock, said = [0], [0], threading.Lock(), []
+    # Seed 1 ends last: the runs still come back in seed order.
+    runs = sim_seeds.run_seeds(
+        [1, 2, 3],
+        lambda seed: _program_seed(seed, tmp_path, f"sleep {0.2 * (4 - seed)}", live, most,
+                                   lock),
+        at_once=3, say=said.append, program="tests")
+    assert [run.seed for run in runs] == [1, 2, 3] and not any(run.problem for run in runs)
+    assert most[0] > 1
+    assert said[0] == "core-sim: tests, seeds 1-3, 3 at a time"
+    assert said[1].startswith("core-sim: seed 3 passed (1 of 3 done")
+
+
+def test_no_more_seeds_run_at_once_than_asked(tmp_path: Path) -> None:
+    live, most, lock = [0], [0], threading.Lock()
+    runs = sim_seeds.run_seeds(
+        range(1, 6), lambda seed: _program_seed(seed, tmp_path, "sleep 0.1", live, most, lock),
+        at_once=2, say=lambda _: None, program="tests")
+    assert [run.seed for run in runs] == [1, 2, 3, 4, 5] and most[0] == 2
+    # Two programs per CPU: each sleeps about half its time in the simulator's delays.
+    assert sim_seeds.seeds_at_once(2) == 4 and sim_seeds.seeds_at_once(0) == 1
+
+
+def test_an_interrupt_stops_the_seeds_still_running(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    live, most, lock = [0], [0], threading.Lock()
+
+    def run_one(seed: int) -> sim_level.SeedRun:
+        if seed == 1:  # interrupted once seed 2's program is running
+            while not pid_file.exists() or not pid_file.read_text().strip():
+                time.sleep(0.01)
+            raise KeyboardInterrupt
+        return _program_seed(seed, tmp_path, f"echo $$ > {pid_file}; exec sleep 5", live,
+                             most, lock)
+
+    with pytest.raises(KeyboardInterrupt):
+        sim_seeds.run_seeds([1, 2], run_one, at_once=2, say=lambda _: None, program="tests")
+    # Seed 2's program was killed (a signal ended it, not its 5 s sleep) and reaped before the
+    # interrupt went on up.
+    log = (tmp_path / "seed-2.log").read_text()
+    assert "[exit code -" in log and "[exit code 0]" not in log, log
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+    assert live[0] == 0

@@ -11,6 +11,12 @@ from typing import IO, Mapping, NamedTuple, Sequence
 from lmsforge import native_exit
 
 
+# The programs run_logged has started and not yet seen end, for stop_all(): programs may run on
+# several threads at once (sim_seeds.run_seeds), and an interrupt reaches only the main one.
+_running: set[subprocess.Popen[str]] = set()
+_running_lock = threading.Lock()
+
+
 class Finished(NamedTuple):
     returncode: int
     lines: list[str]
@@ -27,6 +33,8 @@ def run_logged(cmd: Sequence[str], log: IO[str], *, echo: bool = False,
                             stderr=subprocess.STDOUT, text=True, errors="replace",
                             start_new_session=True,
                             env={**os.environ, **env} if env else None)
+    with _running_lock:
+        _running.add(proc)
     timed_out = threading.Event()
 
     def kill() -> None:
@@ -52,9 +60,21 @@ def run_logged(cmd: Sequence[str], log: IO[str], *, echo: bool = False,
         if proc.poll() is None:
             _kill_group(proc)
             proc.wait()
+        with _running_lock:
+            _running.discard(proc)
     log.write(f"[exit code {returncode}]\n")
     log.flush()
     return Finished(returncode, lines, timed_out.is_set())
+
+
+def stop_all() -> None:
+    """Kill every program run_logged is running, on any thread (each run_logged then returns
+    as for a crash): the main thread's way out of a Ctrl-C while other threads wait on them."""
+    with _running_lock:
+        running = list(_running)
+    for proc in running:
+        if proc.poll() is None:
+            _kill_group(proc)
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:

@@ -178,10 +178,9 @@ def run(ctx: LevelContext, build_dir: Path,
     built = build_targets(targets)
     binary = build_dir / suite.target
     seeds = list(range(1, ctx.sim_seeds + 1))
-    runs = []
-    for seed in seeds:
-        ctx.say(f"{LEVEL}: {suite.target}, seed {seed} of {len(seeds)}")
-        runs.append(run_seed(binary, seed, ctx.work_dir, ctx.sim_tests))
+    runs = sim_seeds.run_seeds(
+        seeds, lambda seed: run_seed(binary, seed, ctx.work_dir, ctx.sim_tests),
+        at_once=sim_seeds.seeds_at_once(ctx.jobs), say=ctx.say, program=suite.target)
     bench_runs = []
     # The benchmarks check data the tests already found wrong: not worth their time then.
     for program, name in benchmarks if not any(run.problem for run in runs) else ():
