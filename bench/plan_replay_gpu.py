@@ -43,13 +43,42 @@ ORDER = ("lms-1of2.json", "recorded-1of2.json", "played-1of2", "lms-1of2-", "lms
          "recorded-1of4.json", "played-1of4", "lms-1of4-", "without-lms.json")
 
 
+# LMS's counters of the reported step, the simulated run's beside the GPU's: where the two
+# steps differ, these say whether LMS did other work (more page-outs, prefetches missed) or the
+# same work took longer (page-in waits). Two differences were left unexplained in 2026-11-30's
+# run (docs/gpu.md section 12): lms_sync_mode:3 took 1.9x the simulated step, and GPT-2 with
+# lms_step() 0.86x.
+COUNTERS = ("reclaimed", "paged_in", "page_out_waits", "page_in_wait_us", "paged_out_ahead",
+            "clean_reclaims", "prefetched", "prefetch_hits", "prefetch_misses", "prefetch_wasted",
+            "alloc_distribution.reclaim_one", "alloc_distribution.reclaim_all",
+            "alloc_distribution.cudamalloc")
+
+
 def figures(data: dict) -> replay.Replayed:
     """A replay's JSON read as the model benchmarks read it: the reported step is the median
     after the first (replay.reported_step), bytes out leave clean page-outs out."""
     return replay.parse_result(data, data.get("alloc_conf", ""))
 
 
-def order_key(path: Path) -> tuple[int, str]:
+def tuned_picks(models: Path) -> frozenset[tuple[str, str]]:
+    """(model, replay) of each limit's tuned pick, from the model benchmarks' report beside the
+    models' folders (none when it is missing: an older folder)."""
+    try:
+        report = json.loads((models / replay.MODEL_BENCH_REPORT).read_text())
+    except (OSError, ValueError):
+        return frozenset()
+    return frozenset((model["model"], row["tuned"]["replay"])
+                     for model in report.get("models", []) for row in model.get("limits", [])
+                     if row.get("completed") and "replay" in row.get("tuned", {}))
+
+
+def order_key(path: Path, picks: frozenset[tuple[str, str]] = frozenset()) -> tuple[float, str]:
+    """Where PATH's replay comes in the budget: ORDER, with each limit's tuned pick (PICKS)
+    right after the defaults under that limit, since it is what `lmsforge plan` recommends."""
+    if (path.parent.name, path.stem) in picks and "1of" in path.stem:
+        defaults = f"lms-1of{path.stem.split('1of')[1].split('-')[0]}.json"
+        if defaults in ORDER and path.name != defaults:
+            return ORDER.index(defaults) + 0.5, str(path)
     for rank, prefix in enumerate(ORDER):
         if path.name.startswith(prefix):
             return rank, str(path)
@@ -57,8 +86,9 @@ def order_key(path: Path) -> tuple[int, str]:
 
 
 def simulated_runs(models: Path) -> list[tuple[Path, dict]]:
+    picks = tuned_picks(models)
     runs = []
-    for path in sorted(models.glob("*/*.json"), key=order_key):
+    for path in sorted(models.glob("*/*.json"), key=lambda path: order_key(path, picks)):
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -108,7 +138,10 @@ def row(path: Path, sim_data: dict, gpu_data: dict) -> dict:
         entry.update(gpu_step_ms=round(gpu.step_ms, 3),
                      gpu_over_sim=round(gpu.step_ms / sim.step_ms, 3),
                      gpu_bytes_out=gpu.bytes_out, gpu_bytes_in=gpu.bytes_in,
-                     gpu_recorder=gpu.recorder, gpu_planned_moves=gpu.planned_moves)
+                     gpu_recorder=gpu.recorder, gpu_planned_moves=gpu.planned_moves,
+                     sim_recorder=sim.recorder, sim_planned_moves=sim.planned_moves,
+                     counters={name: {"sim": sim.stats.get(name, 0),
+                                      "gpu": gpu.stats.get(name, 0)} for name in COUNTERS})
     else:
         entry["gpu_oom"] = gpu.oom
     return entry

@@ -110,10 +110,10 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
                               alloc_conf=f"{ALLOC_CONF},lms_limit:{limit}",
                               name=f"recorded-1of{fraction}", seed=SEED,
                               **tune.replay_options(tune.RECORDED))
-        tuned = _tuned(run, recorded, lambda settings, number: replay.run(
+        tuned = _tuned(run, recorded, fraction, lambda settings, number: replay.run(
             program, script, work, device_memory=room, calibration=calibration,
             alloc_conf=f"{tune.alloc_conf(settings)},lms_limit:{limit}",
-            name=f"lms-1of{fraction}-{number}", seed=TUNING_SEED,
+            name=_tuning_name(fraction, number), seed=TUNING_SEED,
             **tune.replay_options(settings)))
         row.update(verdict="fits-with-lms", step_ms=round(run.step_ms, 3),
                    step_ms_each=[round(ms, 3) for ms in run.step_ms_each],
@@ -130,7 +130,8 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
                        "clean_reclaims", "prefetched", "prefetch_hits", "prefetch_misses",
                        "prefetch_wasted", "page_in_wait_us")},
                    tuned={"alloc_conf": tuned.alloc_conf, "step_ms": round(tuned.step_ms, 3),
-                          "least_time_efficiency": round(least / tuned.step_ms, 4)})
+                          "least_time_efficiency": round(least / tuned.step_ms, 4),
+                          "replay": tuned.replay})
         row["clairvoyant"] = _clairvoyant(traced, gpu, limit, plan, least)
         row["played_plan"] = _played(
             traced, gpu, limit, plan, least, lambda moves, lead: replay.run(
@@ -200,21 +201,31 @@ def _recorded(run: replay.Replayed, least: float) -> dict[str, object]:
 
 @dataclass
 class Tried:
-    """One setting's replay, as tune.choose compares them: the settings without the limit."""
+    """One setting's replay, as tune.choose compares them: the settings without the limit, and
+    the name of the replay's JSON in the model's folder (bench/plan_replay_gpu.py runs the
+    picks again on a GPU first)."""
     alloc_conf: str
     completed: bool
     step_ms: float
+    replay: str
 
 
-def _tuned(defaults: replay.Replayed, recorded: replay.Replayed,
+def _tuning_name(fraction: int, number: int) -> str:
+    return f"lms-1of{fraction}-{number}"
+
+
+def _tuned(defaults: replay.Replayed, recorded: replay.Replayed, fraction: int,
            replay_with: Callable[[str, int], replay.Replayed]) -> Tried:
     """tune.choose's pick among DEFAULTS and RECORDED (tune.RECORDED, the recorded-order policy
-    with the defaults), both already replayed, and the other candidates, each replayed by
-    REPLAY_WITH(settings, number)."""
-    tried = [Tried(tune.BASE, defaults.completed, defaults.step_ms)]
+    with the defaults), both already replayed under 1/FRACTION of the peak, and the other
+    candidates, each replayed by REPLAY_WITH(settings, number)."""
+    tried = [Tried(tune.BASE, defaults.completed, defaults.step_ms, f"lms-1of{fraction}")]
     for number, (_, settings) in enumerate(tune.CANDIDATES[1:], start=1):
-        run = recorded if settings == tune.RECORDED else replay_with(settings, number)
-        tried.append(Tried(tune.label(settings), run.completed, run.step_ms))
+        if settings == tune.RECORDED:
+            run, name = recorded, f"recorded-1of{fraction}"
+        else:
+            run, name = replay_with(settings, number), _tuning_name(fraction, number)
+        tried.append(Tried(tune.label(settings), run.completed, run.step_ms, name))
     return tune.choose(tried) or tried[0]
 
 

@@ -28,6 +28,10 @@ STEPS = 6
 # the simulator's pinned memory costs this host next to nothing.
 PINNED_MEMORY = 1 << 40
 REPLAY_TIMEOUT_S = 600
+# The model benchmarks' report (model_bench.run_all's, with each limit's tuned pick named by its
+# replay), written beside the models' folders of replays; here because bench/plan_replay_gpu.py
+# reads it on a GPU host without PyTorch, and model_bench needs PyTorch.
+MODEL_BENCH_REPORT = "report.json"
 
 
 def kept_storages(trace: Trace) -> set[int]:

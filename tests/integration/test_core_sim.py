@@ -254,6 +254,14 @@ def test_the_series_passes_every_level_to_core_sim_under_several_seeds(
     gpu_check = load_script(REPO / "bench" / "plan_replay_gpu.py", "plan_replay_gpu")
     again = gpu_check.simulated_runs(Path(models["work"]))
     assert [path.name for path, _ in again[:3]] == ["lms-1of2.json"] * 3
+    # Then each model's tuned pick at half the peak, what `lmsforge plan` would recommend: the
+    # report beside the folders names its replay.
+    report = json.loads((Path(models["work"]) / "report.json").read_text())
+    assert report["models"] == models["models"]
+    picks = {(model["model"], row["tuned"]["replay"]) for model in models["models"]
+             for row in model["limits"] if row["completed"] and row["fraction"] == "1/2"}
+    picks -= {(model, "lms-1of2") for model, _ in picks}
+    assert {(path.parent.name, path.stem) for path, _ in again[3:3 + len(picks)]} == picks
     assert {path.parent.name for path, _ in again} == {"resnet50", "unet3d", "gpt2-medium"}
     assert any(data["record"] for _, data in again) and any(data["plan"] for _, data in again)
     for path, data in again:

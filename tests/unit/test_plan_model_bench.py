@@ -61,7 +61,7 @@ def test_the_tuned_setting_is_the_planners_pick_among_every_candidate():
                          completed=settings != "lms_swapin_ahead:100%")
 
     recorded = _replayed("lms:True,lms_limit:536870912", 95.0)
-    chosen = model_bench._tuned(_replayed("lms:True,lms_limit:536870912", 100.0), recorded,
+    chosen = model_bench._tuned(_replayed("lms:True,lms_limit:536870912", 100.0), recorded, 2,
                                 replay_with)
     # Every candidate but the defaults and the recorded-order policy with the defaults (both
     # already replayed) once, numbered as the planner does; the recorded-order policy with other
@@ -70,20 +70,25 @@ def test_the_tuned_setting_is_the_planners_pick_among_every_candidate():
                      in enumerate(tune.CANDIDATES) if number > 0 and settings != tune.RECORDED]
     assert (tune.RECORDED_PLAN_FIRST, len(tune.CANDIDATES) - 1) in asked
     assert (chosen.alloc_conf, chosen.step_ms) == ("lms:True,lms_swapin_ahead:0", 90.0)
+    # Named by the replay the pick was, so a GPU can run it again (bench/plan_replay_gpu.py).
+    number = next(number for number, (_, settings) in enumerate(tune.CANDIDATES)
+                  if settings == "lms_swapin_ahead:0")
+    assert chosen.replay == f"lms-1of2-{number}"
     # Within tune.TIE of the defaults, the defaults stay: named without the limit.
     tie = model_bench._tuned(_replayed("lms:True,lms_limit:536870912", 100.0),
                              _replayed("lms:True,lms_limit:536870912", 99.6),
-                             lambda settings, number: _replayed(settings, 99.5))
-    assert (tie.alloc_conf, tie.step_ms) == ("lms:True", 100.0)
+                             4, lambda settings, number: _replayed(settings, 99.5))
+    assert (tie.alloc_conf, tie.step_ms, tie.replay) == ("lms:True", 100.0, "lms-1of4")
     # The recorded-order policy faster than every setting: named by its call.
     best = model_bench._tuned(_replayed("lms:True,lms_limit:536870912", 100.0),
                               _replayed("lms:True,lms_limit:536870912", 70.0),
-                              lambda settings, number: _replayed(settings, 99.0))
-    assert (best.alloc_conf, best.step_ms) == ("lms:True + torch.cuda.lms_step()", 70.0)
+                              2, lambda settings, number: _replayed(settings, 99.0))
+    assert (best.alloc_conf, best.step_ms, best.replay) == (
+        "lms:True + torch.cuda.lms_step()", 70.0, "recorded-1of2")
     # With its settings when the recorded-order candidate with settings wins.
     plan_first = model_bench._tuned(
         _replayed("lms:True,lms_limit:536870912", 100.0),
-        _replayed("lms:True,lms_limit:536870912", 90.0),
+        _replayed("lms:True,lms_limit:536870912", 90.0), 2,
         lambda settings, number: _replayed(settings, 80.0 if tune.records(settings) else 99.0))
     assert (plan_first.alloc_conf, plan_first.step_ms) == (
         "lms:True,lms_swapout_threshold:1.0 + torch.cuda.lms_step()", 80.0)

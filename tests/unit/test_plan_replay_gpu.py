@@ -51,3 +51,59 @@ def test_the_budget_goes_to_half_the_peak_first() -> None:
     assert [path.name for path in ordered] == [
         "lms-1of2.json", "recorded-1of2.json", "played-1of2-lead1.json", "lms-1of2-2.json",
         "lms-1of4.json", "lms-1of4-3.json", "without-lms.json", "zz-other.json"]
+
+
+def _replay_json(step_ms: float, stats: dict[str, int], recorder: dict[str, int]) -> dict:
+    """A replay's JSON as lms_plan_replay writes it (docs/plan-trace-format.md), three steps."""
+    return {"program": "lms_plan_replay", "device_memory_bytes": 8 << 30, "completed": True,
+            "lms_limit_bytes": 4 << 30, "data_ok": True, "record": True, "plan": None,
+            "alloc_conf": "lms:True,lms_limit:4294967296", "recorder": recorder,
+            "steps": [{"step_ms": step_ms * 3, "memory_stats": {}},
+                      {"step_ms": step_ms, "memory_stats": stats},
+                      {"step_ms": step_ms, "memory_stats": stats}]}
+
+
+def test_a_row_puts_the_simulated_and_gpu_counters_side_by_side() -> None:
+    module = load_script(SCRIPT, "plan_replay_gpu")
+    sim = _replay_json(100.0, {"reclaimed": 10, "page_out_waits": 12, "page_in_wait_us": 900},
+                       {"steps_planned": 4})
+    gpu = {**_replay_json(150.0, {"reclaimed": 10, "page_out_waits": 30,
+                                  "page_in_wait_us": 5000}, {"steps_planned": 3}),
+           "exit_code": 0, "wall_s": 2.0}
+    row = module.row(Path("m/gpt2-medium/recorded-1of2.json"), sim, gpu)
+    assert (row["model"], row["run"], row["gpu_over_sim"]) == ("gpt2-medium", "recorded-1of2", 1.5)
+    assert row["counters"]["page_out_waits"] == {"sim": 12, "gpu": 30}
+    assert row["counters"]["page_in_wait_us"] == {"sim": 900, "gpu": 5000}
+    assert row["counters"]["prefetch_hits"] == {"sim": 0, "gpu": 0}
+    assert (row["sim_recorder"], row["gpu_recorder"]) == ({"steps_planned": 4},
+                                                          {"steps_planned": 3})
+
+
+def test_each_limits_tuned_pick_runs_right_after_its_defaults(tmp_path: Path) -> None:
+    module = load_script(SCRIPT, "plan_replay_gpu")
+    models = tmp_path / "models"
+    names = {"resnet50": ["lms-1of2.json", "recorded-1of2.json", "lms-1of2-9.json",
+                          "lms-1of4.json", "lms-1of4-3.json"],
+             "unet3d": ["lms-1of2.json", "recorded-1of2.json", "lms-1of2-4.json"]}
+    for model, files in names.items():
+        (models / model).mkdir(parents=True)
+        for name in files:
+            (models / model / name).write_text(json.dumps(
+                {"program": "lms_plan_replay", "simulated": True, "completed": True,
+                 "record": False}))
+    # The model benchmarks' report beside the folders (sim_level.run_model_benchmarks).
+    (models / "report.json").write_text(json.dumps({"models": [
+        {"model": "resnet50", "limits": [
+            {"fraction": "1/2", "completed": True, "tuned": {"replay": "lms-1of2-9"}},
+            {"fraction": "1/4", "completed": True, "tuned": {"replay": "lms-1of4-3"}}]},
+        {"model": "unet3d", "limits": [
+            {"fraction": "1/2", "completed": True, "tuned": {"replay": "lms-1of2"}},
+            {"fraction": "1/4", "completed": False}]}]}))
+    order = [f"{path.parent.name}/{path.stem}" for path, _ in module.simulated_runs(models)]
+    assert order == ["resnet50/lms-1of2", "unet3d/lms-1of2", "resnet50/lms-1of2-9",
+                     "resnet50/recorded-1of2", "unet3d/recorded-1of2", "unet3d/lms-1of2-4",
+                     "resnet50/lms-1of4", "resnet50/lms-1of4-3"]
+    # Without the report (an older folder), the fixed order alone.
+    (models / "report.json").unlink()
+    order = [f"{path.parent.name}/{path.stem}" for path, _ in module.simulated_runs(models)]
+    assert order.index("resnet50/lms-1of2-9") > order.index("unet3d/recorded-1of2")

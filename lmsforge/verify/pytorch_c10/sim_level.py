@@ -213,7 +213,7 @@ def model_benchmarks_unavailable(tag: str) -> str:
 def run_model_benchmarks(program: Path, work: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """The model-level report, or {"problem": ...} when a model could not be traced or
     replayed, or a replay found wrong data."""
-    from lmsforge.plan import model_bench
+    from lmsforge.plan import model_bench, replay
     problem = ""
     report: dict[str, Any] = {}
     with Timer() as timer:
@@ -226,6 +226,8 @@ def run_model_benchmarks(program: Path, work: Path, say: Callable[[str], None]) 
     report["seconds"] = round(timer.seconds, 1)
     report["summary"] = model_bench.summary(report)
     report["work"] = str(work)  # every replay's script and JSON: bench/plan_replay_gpu.py's input
+    # Beside them, the report: which replay is each limit's tuned pick (run first on a GPU).
+    (work / replay.MODEL_BENCH_REPORT).write_text(json.dumps(report, indent=1) + "\n")
     return report
 
 
