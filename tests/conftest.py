@@ -136,8 +136,9 @@ def core_package_builds(tmp_path_factory: pytest.TempPathFactory, real_cache_dir
 
 
 
-# 20 seeds took 532 s of CI's 45 minutes for the two series; 6 take ~160 s. The series owners
-# run 20 (`lmsforge verify --level core-sim --sim-seeds 20`).
+# 20 seeds took 532 s of CI's 45 minutes for the two series, one after another; 6 took ~160 s,
+# and side by side (sim_seeds.run_seeds, four at a time on 2 CPUs) about 62 s a series. The
+# series owners run 20 (`lmsforge verify --level core-sim --sim-seeds 20`).
 CORE_SIM_SEEDS = 6
 
 
