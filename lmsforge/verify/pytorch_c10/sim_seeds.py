@@ -5,7 +5,7 @@ went wrong in one line, and the level's failure over all seeds."""
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 from pathlib import Path
 from typing import Callable, Mapping, NamedTuple, Sequence
 
@@ -104,8 +104,10 @@ def run_seeds(seeds: Sequence[int], run_one: Callable[[int], SeedRun], *, at_onc
         if len(seeds) > 1 else f"{LEVEL}: {program}, seed {seeds[0]}")
     runs: dict[int, SeedRun] = {}
     pool = ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="seed")
+    futures: dict[Future[SeedRun], int] = {}
     try:
-        futures = {pool.submit(run_one, seed): seed for seed in seeds}
+        for seed in seeds:
+            futures[pool.submit(run_one, seed)] = seed
         for future in as_completed(futures):
             run = future.result()
             runs[run.seed] = run
@@ -114,7 +116,11 @@ def run_seeds(seeds: Sequence[int], run_one: Callable[[int], SeedRun], *, at_onc
                 f"{run.seconds:.0f} s)")
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
-        process.stop_all()
+        # Kill until every seed that started has ended: a thread may start its program just
+        # after a kill.
+        while not all(future.done() for future in futures):
+            process.stop_all()
+            wait(futures, timeout=0.05)
         raise
     finally:
         pool.shutdown(wait=True)
