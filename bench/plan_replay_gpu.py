@@ -60,25 +60,26 @@ def figures(data: dict) -> replay.Replayed:
     return replay.parse_result(data, data.get("alloc_conf", ""))
 
 
-def tuned_picks(models: Path) -> frozenset[tuple[str, str]]:
-    """(model, replay) of each limit's tuned pick, from the model benchmarks' report beside the
-    models' folders (none when it is missing: an older folder)."""
+def tuned_picks(models: Path) -> dict[tuple[str, str], str]:
+    """Each limit's tuned pick, (model, replay), and the defaults' replay under the same limit,
+    from the model benchmarks' report beside the models' folders (none when it is missing: an
+    older folder)."""
     try:
         report = json.loads((models / replay.MODEL_BENCH_REPORT).read_text())
     except (OSError, ValueError):
-        return frozenset()
-    return frozenset((model["model"], row["tuned"]["replay"])
-                     for model in report.get("models", []) for row in model.get("limits", [])
-                     if row.get("completed") and "replay" in row.get("tuned", {}))
+        return {}
+    return {(model["model"], row["tuned"]["replay"]): f"lms-{row['fraction'].replace('/', 'of')}"
+            for model in report.get("models", []) for row in model.get("limits", [])
+            if row.get("completed") and "replay" in row.get("tuned", {})}
 
 
-def order_key(path: Path, picks: frozenset[tuple[str, str]] = frozenset()) -> tuple[float, str]:
-    """Where PATH's replay comes in the budget: ORDER, with each limit's tuned pick (PICKS)
-    right after the defaults under that limit, since it is what `lmsforge plan` recommends."""
-    if (path.parent.name, path.stem) in picks and "1of" in path.stem:
-        defaults = f"lms-1of{path.stem.split('1of')[1].split('-')[0]}.json"
-        if defaults in ORDER and path.name != defaults:
-            return ORDER.index(defaults) + 0.5, str(path)
+def order_key(path: Path, picks: dict[tuple[str, str], str] | None = None) -> tuple[float, str]:
+    """Where PATH's replay comes in the budget: ORDER, with each limit's tuned pick (PICKS, from
+    tuned_picks) right after the defaults under that limit, since it is what `lmsforge plan`
+    recommends."""
+    defaults = (picks or {}).get((path.parent.name, path.stem))
+    if defaults and defaults != path.stem and f"{defaults}.json" in ORDER:
+        return ORDER.index(f"{defaults}.json") + 0.5, str(path)
     for rank, prefix in enumerate(ORDER):
         if path.name.startswith(prefix):
             return rank, str(path)

@@ -91,15 +91,20 @@ def pytorch_v260_mutation_worktree(pytorch_v260_lms_tree: Path,
 
 
 @pytest.fixture
-def pytorch_v260_mutable(pytorch_v260_mutation_worktree: tuple[Path, Path], real_cache_dir: Path,
-                         monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
-    """The shared mutation worktree back at the series, and its build folder.
-
-    The build's commands name lmsforge's cache (the compiler launcher's --cache, the NVML headers
-    under build-inputs/), so every test that builds in that folder must use the same cache: with
-    each test's own (isolated_env), CMake rewrote every command and ninja ran all 127 compile
-    steps again in each test, 40-50 s of object-cache hits a mutation."""
+def shared_cache(real_cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LMSFORGE_CACHE_DIR is the real test cache, not the test's own (isolated_env): for tests
+    that build in a folder another test built in. The build's commands name the cache (the
+    compiler launcher's --cache, the NVML headers under build-inputs/), so with each test's own,
+    CMake rewrote every command and ninja ran all 127 compile steps again in each test (40-50 s
+    of object-cache hits a mutation)."""
     monkeypatch.setenv("LMSFORGE_CACHE_DIR", str(real_cache_dir))
+
+
+@pytest.fixture
+def pytorch_v260_mutable(pytorch_v260_mutation_worktree: tuple[Path, Path],
+                         shared_cache: None) -> tuple[Path, Path]:
+    """The shared mutation worktree back at the series, and its build folder, with the shared
+    cache."""
     tree, build_dir = pytorch_v260_mutation_worktree
     subprocess.run(["git", "checkout", "--quiet", "--", "."], cwd=tree, check=True)
     return tree, build_dir

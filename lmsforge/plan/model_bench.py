@@ -96,7 +96,7 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
         limit = peak // fraction
         conf = f"{ALLOC_CONF},lms_limit:{limit}"
         run = replay.run(program, script, work, device_memory=room, calibration=calibration,
-                         alloc_conf=conf, name=f"lms-1of{fraction}", seed=SEED)
+                         alloc_conf=conf, name=_replay_name(fraction), seed=SEED)
         row: dict[str, object] = {"fraction": f"1/{fraction}", "limit_bytes": limit,
                                   "completed": run.completed}
         if not run.completed:
@@ -108,12 +108,12 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
         overlapped, least = plan.bound_ms(run), plan.least_ms(run)
         recorded = replay.run(program, script, work, device_memory=room, calibration=calibration,
                               alloc_conf=f"{ALLOC_CONF},lms_limit:{limit}",
-                              name=f"recorded-1of{fraction}", seed=SEED,
+                              name=_replay_name(fraction, recorded=True), seed=SEED,
                               **tune.replay_options(tune.RECORDED))
         tuned = _tuned(run, recorded, fraction, lambda settings, number: replay.run(
             program, script, work, device_memory=room, calibration=calibration,
             alloc_conf=f"{tune.alloc_conf(settings)},lms_limit:{limit}",
-            name=_tuning_name(fraction, number), seed=TUNING_SEED,
+            name=_replay_name(fraction, number), seed=TUNING_SEED,
             **tune.replay_options(settings)))
         row.update(verdict="fits-with-lms", step_ms=round(run.step_ms, 3),
                    step_ms_each=[round(ms, 3) for ms in run.step_ms_each],
@@ -210,8 +210,12 @@ class Tried:
     replay: str
 
 
-def _tuning_name(fraction: int, number: int) -> str:
-    return f"lms-1of{fraction}-{number}"
+def _replay_name(fraction: int, number: int = 0, *, recorded: bool = False) -> str:
+    """The name of a replay under 1/FRACTION of the peak (its JSON in the model's folder): the
+    defaults, the recorded-order policy, or tune.CANDIDATES[NUMBER]."""
+    if recorded:
+        return f"recorded-1of{fraction}"
+    return f"lms-1of{fraction}" + (f"-{number}" if number else "")
 
 
 def _tuned(defaults: replay.Replayed, recorded: replay.Replayed, fraction: int,
@@ -219,12 +223,12 @@ def _tuned(defaults: replay.Replayed, recorded: replay.Replayed, fraction: int,
     """tune.choose's pick among DEFAULTS and RECORDED (tune.RECORDED, the recorded-order policy
     with the defaults), both already replayed under 1/FRACTION of the peak, and the other
     candidates, each replayed by REPLAY_WITH(settings, number)."""
-    tried = [Tried(tune.BASE, defaults.completed, defaults.step_ms, f"lms-1of{fraction}")]
+    tried = [Tried(tune.BASE, defaults.completed, defaults.step_ms, _replay_name(fraction))]
     for number, (_, settings) in enumerate(tune.CANDIDATES[1:], start=1):
         if settings == tune.RECORDED:
-            run, name = recorded, f"recorded-1of{fraction}"
+            run, name = recorded, _replay_name(fraction, recorded=True)
         else:
-            run, name = replay_with(settings, number), _tuning_name(fraction, number)
+            run, name = replay_with(settings, number), _replay_name(fraction, number)
         tried.append(Tried(tune.label(settings), run.completed, run.step_ms, name))
     return tune.choose(tried) or tried[0]
 

@@ -18,6 +18,10 @@ from lmsforge.verify.pytorch_c10.gtest import run_gtest
 REPO = Path(__file__).resolve().parents[2]
 
 
+# Its tests build in the same folders one after another: one cache (conftest.shared_cache).
+pytestmark = pytest.mark.usefixtures("shared_cache")
+
+
 @pytest.fixture(scope="module")
 def pytorch_tree(pytorch_v260_lms_tree: Path) -> Path:
     """A PyTorch work tree with the LMS series applied (the real v2.6.0 tree)."""
@@ -53,13 +57,6 @@ def c10_copy(pytorch_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     for old in tree.glob("c10/**/LargeModelSupport*_test.cpp"):
         old.unlink()
     return tree
-
-
-@pytest.fixture(autouse=True)
-def shared_cache(real_cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One cache for the module: its tests build in the same folders, whose commands name the
-    cache (conftest.pytorch_v260_mutable), so a cache of each test's own would recompile them."""
-    monkeypatch.setenv("LMSFORGE_CACHE_DIR", str(real_cache_dir))
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,8 @@ from lmsforge.upstream import tree as upstream
 from lmsforge.verify.levels import PASS
 from lmsforge.verify.tensorflow_tf import core_sim, inputs as tf_inputs, layout_audit, toolchain
 
-pytestmark = pytest.mark.slow
+# Its tests build in the verify run's folders: the cache must be the one that run used.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("shared_cache")]
 
 REPO = Path(__file__).resolve().parents[2]
 MUTATIONS = REPO / "tests" / "data" / "mutations"
@@ -121,11 +122,6 @@ GPU_TESTS = 43
 # copies were queued, and its gradient stayed right under it; the GPU tests lose that race.)
 BENCH_MUTATIONS = {f"tensorflow-v2.14.1-sim/{name}.patch" for name in (
     "page-out-does-not-wait-for-compute", "copy-in-ahead-does-not-wait-for-compute")}
-
-
-@pytest.fixture(autouse=True)
-def shared_cache(real_cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LMSFORGE_CACHE_DIR", str(real_cache_dir))
 
 
 def test_every_gpu_mutation_is_listed() -> None:
