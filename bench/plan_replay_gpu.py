@@ -51,7 +51,13 @@ ORDER = ("lms-1of2.json", "recorded-1of2.json", "played-1of2", "lms-1of2-", "lms
 COUNTERS = ("reclaimed", "paged_in", "page_out_waits", "page_in_wait_us", "paged_out_ahead",
             "clean_reclaims", "prefetched", "prefetch_hits", "prefetch_misses", "prefetch_wasted",
             "alloc_distribution.reclaim_one", "alloc_distribution.reclaim_all",
-            "alloc_distribution.cudamalloc")
+            "alloc_distribution.cudamalloc", "page_outs_ahead_skipped", "clean_reclaimed_bytes")
+# The same per step, every step: on the simulator, GPT-2's first planned step with lms_step()
+# took 390 ms and every later one 478 ms, with the same plan; the later steps start with fewer
+# clean host copies, and the threshold's page-outs ahead then copy where they dropped
+# (docs/recorded-order-policy.md). The GPU's steps say whether it goes the same way.
+STEP_COUNTERS = ("clean_reclaims", "paged_out_ahead", "page_outs_ahead_skipped",
+                 "prefetch_misses", "page_in_wait_us")
 
 
 def figures(data: dict) -> replay.Replayed:
@@ -142,7 +148,10 @@ def row(path: Path, sim_data: dict, gpu_data: dict) -> dict:
                      gpu_recorder=gpu.recorder, gpu_planned_moves=gpu.planned_moves,
                      sim_recorder=sim.recorder, sim_planned_moves=sim.planned_moves,
                      counters={name: {"sim": sim.stats.get(name, 0),
-                                      "gpu": gpu.stats.get(name, 0)} for name in COUNTERS})
+                                      "gpu": gpu.stats.get(name, 0)} for name in COUNTERS},
+                     each_step={name: {"sim": [stats.get(name, 0) for stats in sim.stats_each],
+                                       "gpu": [stats.get(name, 0) for stats in gpu.stats_each]}
+                                for name in STEP_COUNTERS})
     else:
         entry["gpu_oom"] = gpu.oom
     return entry
@@ -163,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
               "(it is built where the tree has c10/core/CachingDeviceAllocator.h)",
               file=sys.stderr)
         return 2
+    # A path as given ("./lms_plan_replay" is "lms_plan_replay" to pathlib, which subprocess
+    # would look for on PATH).
+    program = args.program.resolve()
     runs = simulated_runs(args.runs)
     if not runs:
         print(f"plan-replay-gpu: no simulated replay with its arguments under {args.runs}/*/: "
@@ -175,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         if time.monotonic() - started > args.budget_s:
             not_run.append(f"{path.parent.name}/{path.stem}")
             continue
-        rows.append(row(path, sim, replay_on_gpu(args.program, path, sim, work)))
+        rows.append(row(path, sim, replay_on_gpu(program, path, sim, work)))
         r = rows[-1]
         print(f"{r['model']:12} {r['run']:22} sim {r['sim_step_ms']:9.2f} ms  gpu "
               + (f"{r['gpu_step_ms']:9.2f} ms  x{r['gpu_over_sim']:.3f}  data "

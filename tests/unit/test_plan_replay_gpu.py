@@ -65,10 +65,11 @@ def _replay_json(step_ms: float, stats: dict[str, int], recorder: dict[str, int]
 
 def test_a_row_puts_the_simulated_and_gpu_counters_side_by_side() -> None:
     module = load_script(SCRIPT, "plan_replay_gpu")
-    sim = _replay_json(100.0, {"reclaimed": 10, "page_out_waits": 12, "page_in_wait_us": 900},
-                       {"steps_planned": 4})
+    sim = _replay_json(100.0, {"reclaimed": 10, "page_out_waits": 12, "page_in_wait_us": 900,
+                               "clean_reclaims": 7}, {"steps_planned": 4})
     gpu = {**_replay_json(150.0, {"reclaimed": 10, "page_out_waits": 30,
-                                  "page_in_wait_us": 5000}, {"steps_planned": 3}),
+                                  "page_in_wait_us": 5000, "clean_reclaims": 2},
+                          {"steps_planned": 3}),
            "exit_code": 0, "wall_s": 2.0}
     row = module.row(Path("m/gpt2-medium/recorded-1of2.json"), sim, gpu)
     assert (row["model"], row["run"], row["gpu_over_sim"]) == ("gpt2-medium", "recorded-1of2", 1.5)
@@ -77,6 +78,8 @@ def test_a_row_puts_the_simulated_and_gpu_counters_side_by_side() -> None:
     assert row["counters"]["prefetch_hits"] == {"sim": 0, "gpu": 0}
     assert (row["sim_recorder"], row["gpu_recorder"]) == ({"steps_planned": 4},
                                                           {"steps_planned": 3})
+    # Every step's, not only the reported one's: a first step unlike the later ones shows.
+    assert row["each_step"]["clean_reclaims"] == {"sim": [0, 7, 7], "gpu": [0, 2, 2]}
 
 
 def test_each_limits_tuned_pick_runs_right_after_its_defaults(tmp_path: Path) -> None:
@@ -107,3 +110,26 @@ def test_each_limits_tuned_pick_runs_right_after_its_defaults(tmp_path: Path) ->
     (models / "report.json").unlink()
     order = [f"{path.parent.name}/{path.stem}" for path, _ in module.simulated_runs(models)]
     assert order.index("resnet50/lms-1of2-9") > order.index("unet3d/recorded-1of2")
+
+
+def test_a_program_named_from_the_working_folder_runs(tmp_path: Path) -> None:
+    # "./lms_plan_replay", as one types it beside the program: pathlib drops the "./", and
+    # subprocess then looked for the name on PATH and failed with a traceback.
+    sim = _replay_json(100.0, {"clean_reclaims": 3}, {"steps_planned": 1})
+    sim.update(simulated=True)
+    model = tmp_path / "models" / "gpt2-medium"
+    model.mkdir(parents=True)
+    (model / "recorded-1of2.json").write_text(json.dumps(sim))
+    (model / "replay.txt").write_text("lmsforge-replay 1\n")
+    # A stand-in for the GPU program: writes what the simulated run wrote to --out.
+    program = tmp_path / "lms_plan_replay"
+    program.write_text(f"#!{sys.executable}\nimport sys, shutil\n"
+                       f"shutil.copy({str(model / 'recorded-1of2.json')!r}, "
+                       "sys.argv[sys.argv.index('--out') + 1])\n")
+    program.chmod(0o755)
+    done = subprocess.run([sys.executable, str(SCRIPT), "--runs", "models", "--program",
+                           "./lms_plan_replay", "--out", "out.json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((tmp_path / "out.json").read_text())["rows"]
+    assert [(r["run"], r["gpu_step_ms"]) for r in rows] == [("recorded-1of2", 100.0)]
