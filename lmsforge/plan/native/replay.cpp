@@ -42,6 +42,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDALargeModelSupport.h>
+#include <c10/cuda/CUDALmsHostPool.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
@@ -171,10 +172,26 @@ struct StepFigures {
   std::vector<int64_t> allocated, reserved;  // after each operator (its allocations made)
 };
 
+// LMS's pinned host pool, which memory_stats() does not give: pinning a chunk stalls the other
+// threads' CUDA calls on a GPU (about 0.6 ms per MiB on an H200), so a step that pins is slow
+// there for a reason no other counter shows.
+struct PoolFigures {
+  int64_t held_bytes = 0, chunks_ahead = 0, chunks_on_demand = 0, ahead_without_room = 0;
+};
+
+PoolFigures pool_figures() {
+  auto& pool = c10::cuda::lms::HostPool::instance();
+  return {static_cast<int64_t>(pool.held_bytes()), pool.chunks_pinned_ahead(),
+          pool.chunks_pinned_on_demand(), pool.ahead_without_room()};
+}
+
 // The step's share of the accumulated LMS counters, and the peaks since the step began, under
-// the keys torch.cuda.memory_stats() gives them (torch/csrc/cuda/LargeModelSupport.cpp).
+// the keys torch.cuda.memory_stats() gives them (torch/csrc/cuda/LargeModelSupport.cpp), and
+// the host pool's under host_pool.*.
 std::vector<std::pair<std::string, int64_t>> step_stats(const DeviceStats& before,
-                                                        const DeviceStats& after) {
+                                                        const DeviceStats& after,
+                                                        const PoolFigures& pool_before,
+                                                        const PoolFigures& pool_after) {
   std::vector<std::pair<std::string, int64_t>> s = {
       {"allocated_bytes.all.peak", aggregate_peak(after.allocated_bytes)},
       {"reserved_bytes.all.peak", aggregate_peak(after.reserved_bytes)},
@@ -206,6 +223,12 @@ std::vector<std::pair<std::string, int64_t>> step_stats(const DeviceStats& befor
       {"prefetch_wasted", a.prefetch_wasted - b.prefetch_wasted},
       {"prefetch_wasted_bytes", a.prefetch_wasted_bytes - b.prefetch_wasted_bytes},
       {"page_in_wait_us", a.page_in_wait_us - b.page_in_wait_us},
+      {"host_pool.held_bytes", pool_after.held_bytes},
+      {"host_pool.chunks_pinned_ahead", pool_after.chunks_ahead - pool_before.chunks_ahead},
+      {"host_pool.chunks_pinned_on_demand",
+       pool_after.chunks_on_demand - pool_before.chunks_on_demand},
+      {"host_pool.ahead_without_room",
+       pool_after.ahead_without_room - pool_before.ahead_without_room},
   });
   return s;
 }
@@ -267,6 +290,7 @@ class Replay {
     }
     Caching::resetPeakStats(0);
     DeviceStats before = Caching::getDeviceStats(0);
+    PoolFigures pool_before = pool_figures();
     cudaEvent_t start = nullptr, stop = nullptr;
     LMS_BENCH_CUDA(cudaEventCreate(&start));
     LMS_BENCH_CUDA(cudaEventCreate(&stop));
@@ -303,7 +327,7 @@ class Replay {
     LMS_BENCH_CUDA(cudaEventDestroy(start));
     LMS_BENCH_CUDA(cudaEventDestroy(stop));
     figures->step_ms = ms;
-    figures->stats = step_stats(before, Caching::getDeviceStats(0));
+    figures->stats = step_stats(before, Caching::getDeviceStats(0), pool_before, pool_figures());
     return true;
   }
 

@@ -35,6 +35,37 @@ void Timing::advance_locked(VirtualNs time) {
   latest_ = std::max(latest_, thread_clock.now);
 }
 
+void Timing::wait_for_driver_locked() {
+  advance_locked(0);
+  // Holds are few (one per pin) and may chain: look again after each move.
+  bool moved = true;
+  while (moved) {
+    moved = false;
+    for (const DriverHold& hold : holds_) {
+      if (hold.owner != &thread_clock && hold.start <= thread_clock.now &&
+          thread_clock.now < hold.end) {
+        advance_locked(hold.end);
+        moved = true;
+      }
+    }
+  }
+}
+
+void Timing::hold_driver_us(double microseconds) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  wait_for_driver_locked();
+  advance_locked(latest_);
+  VirtualNs start = thread_clock.now;
+  advance_locked(start + microseconds * kNsPerUs);
+  // Old holds cannot catch a clock any more once every thread is past them;
+  // without a list of threads, keep the recent ones (a pool pins a few chunks).
+  constexpr size_t kKept = 64;
+  if (holds_.size() == kKept) {
+    holds_.erase(holds_.begin());
+  }
+  holds_.push_back(DriverHold{start, thread_clock.now, &thread_clock});
+}
+
 VirtualNs Timing::now() {
   std::lock_guard<std::mutex> guard(mutex_);
   advance_locked(0);
@@ -43,7 +74,7 @@ VirtualNs Timing::now() {
 
 void Timing::charge_us(double microseconds) {
   std::lock_guard<std::mutex> guard(mutex_);
-  advance_locked(0);
+  wait_for_driver_locked();
   advance_locked(thread_clock.now + microseconds * kNsPerUs);
 }
 
@@ -61,6 +92,7 @@ void Timing::charge(HostCall call) {
 
 void Timing::reach(VirtualNs end) {
   std::lock_guard<std::mutex> guard(mutex_);
+  wait_for_driver_locked();
   advance_locked(end);
   advance_locked(thread_clock.now + calibration().host_wait_us * kNsPerUs);
 }
@@ -84,7 +116,7 @@ Timing::Engines& Timing::engines_locked(int device) {
 std::pair<VirtualNs, VirtualNs> Timing::schedule(int device, const Work& work,
                                                  VirtualNs after) {
   std::lock_guard<std::mutex> guard(mutex_);
-  advance_locked(0);
+  wait_for_driver_locked();
   VirtualNs ready = std::max(after, thread_clock.now);
   Engines& engines = engines_locked(device);
   switch (work.engine) {

@@ -64,6 +64,14 @@ class Timing {
   // The host saw work that ends at `end` complete: its clock moves there (if
   // it is behind), plus what a synchronisation costs.
   void reach(VirtualNs end);
+  // A call that holds the driver for its host time: pinning or unpinning host
+  // memory (cudaHostAlloc, cudaFreeHost). On a GPU the other threads' runtime
+  // calls wait meanwhile (bench/reference/h200-2026-11-28: a pool that pinned
+  // a chunk on its own thread each step made a 30-ms step take 629 ms). It
+  // starts no earlier than the latest time any thread has reached: a thread
+  // that slept on a condition variable (a growth thread woken by another) has
+  // a clock from before its sleep, and it pins when it is woken, not then.
+  void hold_driver_us(double microseconds);
 
   // Schedules work appended now on a stream of `device` that may not start
   // before `after`; returns its start and end.
@@ -105,8 +113,17 @@ class Timing {
   std::pair<VirtualNs, VirtualNs> place_copy_locked(Engines& engines, bool to_host,
                                                     VirtualNs ready, double bytes);
   void advance_locked(VirtualNs time);
+  // Moves the calling thread's clock past every other thread's driver hold
+  // that it falls in: its call waits for the driver.
+  void wait_for_driver_locked();
+
+  struct DriverHold {
+    VirtualNs start, end;
+    const void* owner;  // the holding thread's clock
+  };
 
   std::mutex mutex_;
+  std::vector<DriverHold> holds_;
   std::vector<Engines> devices_;
   VirtualNs latest_ = 0;  // the latest any thread's clock has reached
 };

@@ -291,6 +291,26 @@ TEST_F(Timing, TheHostPaysForPinnedAllocation) {
   EXPECT_NEAR(elapsed(start, stop) * 1e3, expected_us, expected_us * 1e-5);
 }
 
+TEST_F(Timing, PinningOnAnotherThreadHoldsThisThreadsCalls) {
+  // On a GPU the driver holds every thread's runtime calls while one thread
+  // pins host memory (an H200 step of 30 ms took 629 ms while a pool pinned a
+  // chunk on its own thread: bench/reference/h200-2026-11-28). The pin starts
+  // when the other thread makes it, at the latest time any thread reached
+  // (here this one's, after its record).
+  cudaStream_t s = stream();
+  cudaEvent_t start = event(), stop = event();
+  ASSERT_CUDA(cudaEventRecord(start, s));
+  void* p = nullptr;
+  std::thread pinning([&] { EXPECT_CUDA(cudaHostAlloc(&p, 64 * kMiB, cudaHostAllocDefault)); });
+  pinning.join();
+  pinned_.push_back(p);
+  ASSERT_CUDA(cudaEventRecord(stop, s));
+  double held_us = curve_us("pinned_alloc_free_us", 64.0 * kMiB) / 2;
+  double record_us = calibrated("event_record_us");
+  EXPECT_NEAR(elapsed(start, stop) * 1e3, held_us + record_us,
+              (held_us + record_us) * 1e-5);
+}
+
 TEST_F(Timing, QueriesAnswerInVirtualTime) {
   cudaStream_t s = stream();
   cudaEvent_t done = event();
