@@ -56,8 +56,12 @@ COUNTERS = ("reclaimed", "paged_in", "page_out_waits", "page_in_wait_us", "paged
 # took 390 ms and every later one 478 ms, with the same plan; the later steps start with fewer
 # clean host copies, and the threshold's page-outs ahead then copy where they dropped
 # (docs/recorded-order-policy.md). The GPU's steps say whether it goes the same way.
+# The host pool's chunks too: a chunk pinned holds the GPU's other CUDA calls (about 0.6 ms
+# per MiB), which is the likeliest reason for a step far slower there (docs/core-sim.md,
+# "Pinning holds the driver").
 STEP_COUNTERS = ("clean_reclaims", "paged_out_ahead", "page_outs_ahead_skipped",
-                 "prefetch_misses", "page_in_wait_us")
+                 "prefetch_misses", "page_in_wait_us", "host_pool.chunks_pinned_ahead",
+                 "host_pool.chunks_pinned_on_demand", "host_pool.held_bytes")
 
 
 def figures(data: dict) -> replay.Replayed:
