@@ -35,8 +35,9 @@ Each row's `recorded` entry is LMS's own recorded-order policy (the series' step
 `c10::cuda::lms::mark_step`, what `torch.cuda.lms_step()` calls) with LMS's defaults
 otherwise: the replay marks a step boundary before each step, LMS records one step and plays
 its plan in the next (the reactive prefetch stays off while the recorder is on);
-tune.RECORDED_STEPS steps, so that the median of those after the first is a step played from a
-recording (the first two steps are recorded or diverge while the optimizer's state is new).
+tune.RECORDED_STEPS steps, and the median of those that played a plan is reported
+(replay.warm_up_steps: the steps before, which record or diverge while the optimizer's state is
+new, are left out as the first step is).
 
 Each row's `tuned` entry is what `lmsforge plan` would recommend under that limit: the other
 settings of tune.CANDIDATES replayed the same way, tune.choose's pick, its step and least-time

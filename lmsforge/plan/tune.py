@@ -13,8 +13,8 @@ BASE = "lms:True"
 TIE = 0.01
 # Not an allocator setting: the recorded-order policy, torch.cuda.lms_step() after each training
 # step (docs/pytorch-lms.md, "Recorded steps"). Its replay marks a step boundary before each step
-# and runs RECORDED_STEPS steps, so that the median after the first is a step played from a
-# recording (the first two are recorded or diverge while the optimizer's state is new).
+# and runs RECORDED_STEPS steps, and reports the median of those that played a plan
+# (replay.warm_up_steps: the first three record, or diverge while the optimizer's state is new).
 RECORDED = "lms_step()"
 RECORDED_STEPS = 8
 # The recorded-order policy with the swapout threshold's page-outs ahead only where an allocation

@@ -24,6 +24,22 @@ def test_a_replay_reports_the_median_step_after_the_warm_up_with_its_own_figures
     assert replay.reported_step([])["step_ms"] == 0.0
 
 
+def test_a_recorded_replay_reports_the_median_of_the_steps_that_played_a_plan():
+    # GPT-2 with lms_step() and the threshold at 1.0 (simulated, 2026-11-30): steps 1 and 2
+    # record, step 3 plays the first plan and pins a chunk for its moves, 4-7 play it steadily.
+    times = (3023.0, 538.0, 544.0, 675.0, 430.0, 413.0, 413.0, 412.0)
+    data = {"device_memory_bytes": 1, "completed": True, "lms_limit_bytes": 1, "data_ok": True,
+            "record": True, "recorder": {"steps": 8, "steps_planned": 5},
+            "steps": [{"step_ms": ms, "memory_stats": {}} for ms in times]}
+    # Of the 7 after the first, the median (430) is the second played step; of the 5 played, 413.
+    assert replay.reported_step(data["steps"])["step_ms"] == 430.0
+    assert replay.warm_up_steps(data) == 3
+    assert replay.parse_result(data, "lms:True").step_ms == 413.0
+    # No plan played, or no recording: the first step alone is the warm-up.
+    assert replay.warm_up_steps({**data, "recorder": {"steps": 8, "steps_planned": 0}}) == 1
+    assert replay.warm_up_steps({**data, "record": False}) == 1
+
+
 def test_the_summary_names_each_model_and_limit_with_the_tuned_played_and_clairvoyant_efficiency():
     report = {"models": [
         {"model": "resnet50", "limits": [
