@@ -17,9 +17,9 @@ duration; LMS's copies run beside it on the copy engines, as beside real kernels
 What differs from the simulator is then the device itself: the link's real rates and latencies,
 the host's work between copies (pinning, events, locks), kernel launch gaps. The report gives,
 per replay, the reported step on each (the median after the first, or of the steps that played
-a plan, as the model benchmarks report it), their ratio, the bytes copied out and in on each, and whether every read on the GPU
-found its bytes (exit 1 if not). Runs are taken in a
-fixed order (the defaults and the recorded-order policy at half the peak first) until the budget
+a plan, as the model benchmarks report it), their ratio, the bytes copied out and in on each,
+and whether every read on the GPU found its bytes (exit 1 if not). Runs are taken in a fixed
+order (the defaults and the recorded-order policy at half the peak first) until the budget
 is spent; the rest are listed as not run.
 """
 
