@@ -37,6 +37,7 @@ from lmsforge.port import guide as port_guide, report as port_report, state as p
 from lmsforge.port.finish import finish, resolution_variants, undo_finish
 from lmsforge.port.recover import recover
 from lmsforge.port.state import (
+    CREATED_MARK,
     LOCK_FILE,
     STATE_FILE,
     PatchState,
@@ -115,10 +116,17 @@ def _empty_or_fresh(path: Path) -> bool:
 
 def claim(into: Path) -> bool:
     """Make INTO/.git, where the port lock lives, before anything else; return whether INTO
-    was made here. Two starts into one folder then meet at the lock, not inside `git init`."""
+    was made by a port (here, or by a start killed before it saved its state). Two starts into
+    one folder then meet at the lock, not inside `git init`. The mark says which: without it
+    the start that takes over a killed one's folder takes it for the user's, and --abort leaves
+    it behind (a kill between the folder and its mark, two calls apart, still does that: the
+    folder is then kept, never a user's removed)."""
     created = not into.exists()
     (into / ".git").mkdir(parents=True, exist_ok=True)
-    return created
+    mark = into / ".git" / CREATED_MARK
+    if created:
+        mark.touch()
+    return created or mark.is_file()
 
 
 def begin(into: Path, series: series_mod.Series, identity_a: TreeIdentity,

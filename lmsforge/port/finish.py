@@ -15,6 +15,7 @@ from pathlib import Path
 from lmsforge.errors import UsageError
 from lmsforge.port import report as port_report
 from lmsforge.port.state import (
+    CREATED_MARK,
     LOCK_FILE,
     STATE_FILE,
     FinishJournal,
@@ -177,6 +178,8 @@ def _finalize(tree: Path, state: PortState) -> None:
     worktree.write_meta(worktree.WorkTree(tree, state.framework, state.to_tag, state.to_commit,
                                           state.identity_b))
     clear_scratch(tree)
+    # The state keeps whether the folder was the port's; the mark is not needed after it.
+    (git_dir(tree) / CREATED_MARK).unlink(missing_ok=True)
     # The lock file goes before the state (still held: no other port waits on it), so a kill
     # in between leaves a state that a resume finishes, never a stray lock file.
     (git_dir(tree) / LOCK_FILE).unlink(missing_ok=True)

@@ -28,6 +28,9 @@ from lmsforge.upstream.tree import TreeIdentity
 
 STATE_FILE = "lmsforge-port.json"
 LOCK_FILE = "lmsforge-port.lock"
+# In .git of a folder a start made, until the port ends: a start that takes over from one killed
+# before it saved its state knows the folder is the port's, not the user's (engine.claim).
+CREATED_MARK = "lmsforge-port-created"
 SCRATCH = "lmsforge-port-tmp"
 # A key of the work tree's meta (META_FILE) from a port's start to its finish: the tag of B.
 PORT_TO = "port_in_progress_to"

@@ -259,6 +259,23 @@ def test_f4_a_kill_before_the_state_exists_lets_the_port_start_again(git_series,
         assert "no port in progress" in one_line_error(result)
     result = start(git_series, "v1.1.0", into)
     assert result.exit_code == 0, result.output
+    assert leftovers(git_series, into, tmp_path) == []
+    assert not (into / ".git" / "lmsforge-port-created").exists()
+
+
+def test_f4_abort_removes_the_folder_a_killed_start_made(git_series, tmp_path):
+    """Found by the random-kill test (seed 4201079242): a start killed after it made the folder
+    left it to the start that took over, which took it for the user's (F7) and had --abort
+    only empty it."""
+    into = tmp_path / "port"
+    killed = lmsforge_process(start_args(git_series, "v2.0.0", into), tmp_path,
+                              kill={"match": "init --quiet", "when": "after"})
+    assert killed.returncode == -9, killed.stderr
+    stopped(git_series, into)
+    result = port(git_series, into, "--abort")
+    assert result.exit_code == 0, result.output
+    assert "removed" in result.output
+    assert not into.exists()
 
 
 def test_a_pick_killed_inside_git_is_redone_and_the_users_files_stay(git_series, tmp_path):
