@@ -37,23 +37,19 @@ void Timing::advance_locked(VirtualNs time) {
 
 void Timing::wait_for_driver_locked() {
   advance_locked(0);
-  // Holds are few (one per pin) and may chain: look again after each move.
-  bool moved = true;
-  while (moved) {
-    moved = false;
-    for (const DriverHold& hold : holds_) {
-      if (hold.owner != &thread_clock && hold.start <= thread_clock.now &&
-          thread_clock.now < hold.end) {
-        advance_locked(hold.end);
-        moved = true;
-      }
+  // Holds are disjoint and in time order (each starts at latest_, past every earlier one's
+  // end), so one pass follows a chain of them.
+  for (const DriverHold& hold : holds_) {
+    if (hold.owner != &thread_clock && hold.start <= thread_clock.now &&
+        thread_clock.now < hold.end) {
+      advance_locked(hold.end);
     }
   }
 }
 
 void Timing::hold_driver_us(double microseconds) {
   std::lock_guard<std::mutex> guard(mutex_);
-  wait_for_driver_locked();
+  // latest_ is past every earlier hold's end: no other hold can catch this thread there.
   advance_locked(latest_);
   VirtualNs start = thread_clock.now;
   advance_locked(start + microseconds * kNsPerUs);

@@ -119,7 +119,9 @@ class Timing {
 
   struct DriverHold {
     VirtualNs start, end;
-    const void* owner;  // the holding thread's clock
+    // The holding thread's clock, by address: a thread started after the holder exited may
+    // reuse it, and is then not held by that hold (a pin long past, in practice).
+    const void* owner;
   };
 
   std::mutex mutex_;
