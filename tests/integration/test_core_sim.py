@@ -267,6 +267,14 @@ def test_the_series_passes_every_level_to_core_sim_under_several_seeds(
     for path, data in again:
         assert (path.parent / "replay.txt").is_file()
         assert not data["plan"] or (path.parent / Path(data["plan"]).name).is_file()
+        # LMS's pinned host pool, per step (a pin holds the GPU's other calls): a replay that
+        # paged pinned chunks, and the pool held at least what the host copies used.
+        steps = [step["memory_stats"] for step in data["steps"]]
+        if sum(stats["reclaimed"] for stats in steps) > 0:
+            assert sum(stats["host_pool.chunks_pinned_ahead"] +
+                       stats["host_pool.chunks_pinned_on_demand"] for stats in steps) >= 1, path
+            assert all(stats["host_pool.held_bytes"] >= stats["host_bytes.peak"] > 0
+                       for stats in steps if stats["reclaimed"] > 0), path
     # The activation-dominated ResNet-50 fits at both limits.
     assert all(row["completed"] for row in models["models"][0]["limits"])
     assert all(row["clairvoyant"]["completed"] for row in models["models"][0]["limits"])
