@@ -179,6 +179,30 @@ def test_the_planned_schedule_writes_back_early_so_its_page_outs_are_drops():
     assert clairvoyant.best_schedule(trace, GPU, 20_000, set()) == planned
 
 
+def test_the_planned_step_writes_back_what_the_next_step_pages_out():
+    # A parameter P (10000 B) is read at op 0, which makes a1; op 1 makes a2 from a1, and P must
+    # go out for it under 20000 B; op 2 reads and frees both; op 3 (an optimizer) reads and
+    # writes P. P's page-out at op 1 is a drop only if P was written back after op 3 of the step
+    # before. Every step, the last played one included, must pay that write-back: a steady step
+    # moves 10000 B each way, and its write-back of P follows its op 3.
+    def op(index: int, reads: list[int], writes: list[int], allocs: list[list[int]],
+           frees: list[int]) -> Op:
+        return Op(id=index, name=f"op{index}", reads=reads, writes=writes + [s for s, _ in allocs],
+                  allocs=allocs, frees=frees, duration_us={GPU.name: MS})
+    trace = Trace(model="optimizer", input="1", batch=1, dtype="float32", torch="-",
+                  initial=[Storage(0, 10_000, "param")],
+                  ops=[op(0, [0], [], [[1, 10_000]], []), op(1, [1], [], [[2, 10_000]], []),
+                       op(2, [1, 2], [], [], [1, 2]), op(3, [0], [0], [], [])])
+    events: list[tuple] = []
+    planned = clairvoyant.planned_schedule(trace, GPU, 20_000, set(), events)
+    check_schedule(trace, 20_000, events)
+    assert (planned.bytes_out, planned.bytes_in) == (10_000, 10_000)
+    last_step = max(event[1] for event in events if event[0] == "op") // 4
+    optimizer_ends = next(event[3] for event in events
+                          if event[0] == "op" and event[1] == 4 * last_step + 3)
+    assert any(event[:2] == ("back", 0) and event[2] >= optimizer_ends for event in events)
+
+
 def test_weighing_by_size_moves_one_large_storage_where_belady_moves_two():
     # Op 0 makes A (10000 B, read at op 4), op 1 makes B (1000 B, read at op 5), op 2 makes C
     # (10000 B) under 11000 B. Belady's rule sends out B (used last), which is not room enough,
