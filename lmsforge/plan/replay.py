@@ -101,6 +101,10 @@ class Replayed:
     stats: dict[str, int]  # that step's memory_stats() figures
     allocated_after_op: list[int] = field(default_factory=list)
     reserved_after_op: list[int] = field(default_factory=list)
+    # When each operator of the last step ended on the compute stream, in µs from the step's
+    # start: a gap longer than the operator's own time is a stall (a page-in or memory waited
+    # for).
+    ended_us_after_op: list[int] = field(default_factory=list)
     data_ok: bool = True
     # Every replayed step's time and memory_stats() figures, the first (warm-up) included.
     step_ms_each: list[float] = field(default_factory=list)
@@ -161,6 +165,7 @@ def parse_result(data: dict, alloc_conf: str) -> Replayed:
                     step_ms=float(last["step_ms"]), stats=dict(last["memory_stats"]),
                     allocated_after_op=[int(v) for v in data.get("allocated_after_op", [])],
                     reserved_after_op=[int(v) for v in data.get("reserved_after_op", [])],
+                    ended_us_after_op=[int(v) for v in data.get("ended_us_after_op", [])],
                     data_ok=bool(data["data_ok"]),
                     step_ms_each=[float(step["step_ms"]) for step in steps],
                     stats_each=[dict(step["memory_stats"]) for step in steps],

@@ -125,6 +125,7 @@ def test_a_chain_under_a_limit_pages_what_was_counted_by_hand(program, tmp_path)
     assert [n // (32 * MiB) for n in off.allocated_after_op] == [
         3, 4, 5, 6, 7, 8, 9, 10, 11, 10, 9, 8, 7, 6, 5, 4, 3]
     assert off.step_ms == pytest.approx(17.0, abs=0.05)  # 17 operators of 1 ms, back to back
+    assert off.ended_us_after_op == pytest.approx([1000 * (i + 1) for i in range(17)], abs=50)
     assert off.bytes_out == off.bytes_in == 0
 
     # 192 MiB holds 6 of them: at the peak 5 must be on the host. LMS on demand pages out the
@@ -141,6 +142,13 @@ def test_a_chain_under_a_limit_pages_what_was_counted_by_hand(program, tmp_path)
     assert demand.bytes_out == 4 * 32 * MiB and demand.stats["clean_reclaims"] == 1
     assert demand.step_ms > off.step_ms  # the page-ins it waited for
     assert max(demand.allocated_after_op) <= 192 * MiB
+    # Each operator ends at least its own 1 ms after the one before. The first waits for X's
+    # page-in (32 MiB, about 0.6 ms); the next three page nothing in and do not wait.
+    ended = demand.ended_us_after_op
+    gaps = [b - a for a, b in zip([0] + ended, ended)]
+    assert len(ended) == 17 and min(gaps) >= 1000 - 50
+    assert gaps[0] > 1000 + 400 and gaps[1:4] == pytest.approx([1000] * 3, abs=50)
+    assert ended[-1] == pytest.approx(demand.step_ms * 1000, abs=50)
 
     ahead = run(program, trace, tmp_path, "lms:True,lms_limit:201326592", seed=3)
     assert ahead.completed and ahead.data_ok and ahead.peak_allocated <= 192 * MiB

@@ -47,6 +47,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -170,6 +171,29 @@ struct StepFigures {
   double step_ms = 0;
   std::vector<std::pair<std::string, int64_t>> stats;  // memory_stats() keys
   std::vector<int64_t> allocated, reserved;  // after each operator (its allocations made)
+  // When each operator ended on the compute stream, in microseconds from the step's start:
+  // where a step stalled (waits for page-ins, for memory) shows as a gap before an operator.
+  std::vector<int64_t> ended_us;
+};
+
+// An event after each operator of a step, destroyed with the step (an out-of-memory error
+// included).
+struct OperatorEnds {
+  std::vector<cudaEvent_t> events;
+  OperatorEnds() = default;
+  OperatorEnds(const OperatorEnds&) = delete;
+  OperatorEnds& operator=(const OperatorEnds&) = delete;
+  ~OperatorEnds() {
+    for (cudaEvent_t event : events) {
+      cudaEventDestroy(event);
+    }
+  }
+  void record(cudaStream_t stream) {
+    cudaEvent_t event = nullptr;
+    LMS_BENCH_CUDA(cudaEventCreate(&event));
+    events.push_back(event);
+    LMS_BENCH_CUDA(cudaEventRecord(event, stream));
+  }
 };
 
 // LMS's pinned host pool, which memory_stats() does not give: pinning a chunk stalls the other
@@ -296,6 +320,7 @@ class Replay {
     LMS_BENCH_CUDA(cudaEventCreate(&stop));
     LMS_BENCH_CUDA(cudaEventRecord(start, stream_));
     int64_t current = -1;
+    OperatorEnds ended;  // one event per operator run
     try {
       // A new batch each step: inputs the trace let go of are made again.
       for (const auto& [id, bytes] : script_.initial) {
@@ -313,6 +338,7 @@ class Replay {
           play_moves(op);
         }
         run_op(op, number, figures);
+        ended.record(stream_);
       }
     } catch (const c10::OutOfMemoryError& error) {
       oom_ = "step " + std::to_string(number) + " operator " + std::to_string(current) + ": " +
@@ -324,6 +350,11 @@ class Replay {
     LMS_BENCH_CUDA(cudaEventSynchronize(stop));
     float ms = 0;
     LMS_BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    for (cudaEvent_t event : ended.events) {
+      float at = 0;
+      LMS_BENCH_CUDA(cudaEventElapsedTime(&at, start, event));
+      figures->ended_us.push_back(static_cast<int64_t>(std::llround(at * 1000.0)));
+    }
     LMS_BENCH_CUDA(cudaEventDestroy(start));
     LMS_BENCH_CUDA(cudaEventDestroy(stop));
     figures->step_ms = ms;
@@ -606,6 +637,7 @@ int run(int argc, char** argv) {
   if (!done.empty()) {
     write_series(json, "allocated_after_op", done.back().allocated);
     write_series(json, "reserved_after_op", done.back().reserved);
+    write_series(json, "ended_us_after_op", done.back().ended_us);
   }
   json.begin_object("planned_moves");
   json.field("page_outs_asked", static_cast<long long>(replay.moves().outs_asked));
