@@ -108,6 +108,44 @@ class Plan:
             self.trace, self.gpu, run.lms_limit, self.first_step_only))
 
 
+# How many operators the answer names where a step with LMS waits longest.
+WAITS_NAMED = 3
+
+
+@dataclass(frozen=True)
+class Wait:
+    op: int  # the trace's operator id
+    name: str
+    ms: float
+
+
+@dataclass(frozen=True)
+class Waits:
+    """Where a replay with LMS waited: per operator of its last step, how much longer than
+    without LMS it took to end after the one before (a page-in or memory waited for)."""
+    total_ms: float
+    largest: list[Wait]
+
+
+def waits(plan: Plan, run: replay.Replayed) -> Waits | None:
+    """RUN's waits against the replay without LMS; None when either has no timeline of the
+    same operators (a replay program from before `ended_us_after_op`, or a run that did not
+    complete)."""
+    mine, base = run.ended_us_after_op, plan.without.ended_us_after_op
+    ops = bound.steady_ops(plan.trace, plan.first_step_only)
+    if not run.completed or not mine or len(mine) != len(base) or len(mine) != len(ops):
+        return None
+
+    def gaps(ended: list[int]) -> list[int]:
+        return [later - earlier for earlier, later in zip([0, *ended[:-1]], ended)]
+
+    extra = [max(0, mine_gap - base_gap) / 1e3
+             for mine_gap, base_gap in zip(gaps(mine), gaps(base))]
+    order = sorted(range(len(extra)), key=lambda i: (-extra[i], i))
+    return Waits(sum(extra), [Wait(ops[i].id, ops[i].name, extra[i])
+                              for i in order[:WAITS_NAMED] if extra[i] > 0])
+
+
 def replay_inputs(trace: Trace, gpu: Profile, work: Path) -> tuple[Path, Path]:
     """The replay script of TRACE for GPU and the simulator's calibration for its link, written
     in WORK: what every replay of one plan reads."""
@@ -206,6 +244,14 @@ def answer_lines(plan: Plan) -> list[str]:
                  f"{s.get('prefetch_hits', 0)} hits, {s.get('prefetch_wasted', 0)} wasted), "
                  f"{s.get('page_out_waits', 0)} page-out waits, page_in_wait_us "
                  f"{s.get('page_in_wait_us', 0)}")
+    waited = waits(plan, run)
+    if waited is not None and waited.largest:
+        named = sum(wait.ms for wait in waited.largest)
+        lines.append(
+            f"  where it waits: {waited.total_ms:.1f} ms a step beyond the operators' time "
+            f"without LMS, {named / waited.total_ms:.0%} of it before "
+            + ", ".join(f"operator {wait.op} ({wait.name}) {wait.ms:.1f} ms"
+                        for wait in waited.largest))
     if len(plan.tried) > 1 and tune.recorded_label(run.alloc_conf):
         lines.append(f"  settings: PYTORCH_CUDA_ALLOC_CONF={tune.conf_of(run.alloc_conf)}, "
                      f"and call torch.cuda.lms_step() after each training step (best of "
@@ -231,7 +277,16 @@ def run_json(plan: Plan, run: replay.Replayed) -> dict[str, object]:
             # Only LMS has a limit to be the least under.
             "least_time_ms": round(plan.least_ms(run), 4) if run.completed and run.alloc_conf
             else None,
-            "memory_stats": run.stats}
+            "memory_stats": run.stats,
+            "waits": _waits_json(waits(plan, run)) if run.alloc_conf else None}
+
+
+def _waits_json(waited: Waits | None) -> dict[str, object] | None:
+    if waited is None:
+        return None
+    return {"total_ms": round(waited.total_ms, 4),
+            "largest": [{"op": wait.op, "name": wait.name, "ms": round(wait.ms, 4)}
+                        for wait in waited.largest]}
 
 
 def to_json(plan: Plan) -> dict[str, object]:

@@ -208,6 +208,44 @@ def test_the_three_answers():
     assert "ran out of memory at operator 0 (aten.mm.default)" in planner.answer_lines(none)[2]
 
 
+def test_the_answer_names_the_operators_before_which_lms_waits_longest():
+    # Four operators of 1 ms. Without LMS each ends 1 ms after the one before; with LMS the
+    # second ends 4 ms after the first (3 ms waited), the third 1.5 ms after (0.5 ms), the
+    # fourth 1.2 ms after (0.2 ms): 3.7 ms in all, and the three largest are named, largest
+    # first, by their ids in the trace.
+    ops = [Op(10 + i, f"aten.op{i}.default", [0], [], [], []) for i in range(4)]
+    trace = Trace("m", "3x8x8", 2, "float32", "2.x", [Storage(0, 64, "param")], ops,
+                  ["h100-pcie"])
+    without = replayed("", ms=4.0, allocated=100 * GiB, reserved=101 * GiB)
+    without.ended_us_after_op = [1000, 2000, 3000, 4000]
+    best = replayed(tune.BASE, ms=7.7, out=GiB, into=GiB, allocated=74 * GiB, limit=75 * GiB)
+    best.ended_us_after_op = [1000, 5000, 6500, 7700]
+    plan = planner.Plan(trace, profile("h100-pcie"), 80 * GiB, planner.largest_operator(trace),
+                        without, None, [best], best)
+    waited = planner.waits(plan, best)
+    assert waited is not None and waited.total_ms == pytest.approx(3.7)
+    assert [(w.op, w.name, round(w.ms, 3)) for w in waited.largest] == [
+        (11, "aten.op1.default", 3.0), (12, "aten.op2.default", 0.5),
+        (13, "aten.op3.default", 0.2)]
+    lines = planner.answer_lines(plan)
+    assert lines[4] == ("  where it waits: 3.7 ms a step beyond the operators' time without "
+                        "LMS, 100% of it before operator 11 (aten.op1.default) 3.0 ms, "
+                        "operator 12 (aten.op2.default) 0.5 ms, operator 13 (aten.op3.default) "
+                        "0.2 ms")
+    assert lines[5].startswith("  settings: ")
+    data = planner.to_json(plan)
+    assert data["with_lms"]["waits"]["total_ms"] == pytest.approx(3.7)
+    assert data["with_lms"]["waits"]["largest"][0] == {"op": 11, "name": "aten.op1.default",
+                                                       "ms": 3.0}
+    assert data["without_lms"]["waits"] is None
+    # Without a timeline of the same operators (an older replay program), no line and no
+    # figure: never a wrong one.
+    best.ended_us_after_op = [1000, 5000, 6500]
+    assert planner.waits(plan, best) is None
+    assert not any("where it waits" in line for line in planner.answer_lines(plan))
+    assert planner.to_json(plan)["with_lms"]["waits"] is None
+
+
 def test_words_name_the_model():
     step = spec.resolve("resnet50", None, None, None)
     assert (step.name, step.input, step.batch) == ("resnet50", "3x224x224", 8)
