@@ -141,6 +141,12 @@ def run_model(name: str, sample: str, batch: int, program: Path, work: Path,
                 name=f"played-1of{fraction}-lead{lead}", seed=SEED, plan=moves),
             work, fraction)
         row["recorded"] = _recorded(recorded, least)
+        # Where the last replayed step of the defaults and of the recorder waited, operator by
+        # operator, against the step without LMS (planner.operator_waits).
+        row["waits"] = planner.waits_json(planner.operator_waits(
+            traced, plan.first_step_only, without, run))
+        row["recorded"]["waits"] = planner.waits_json(planner.operator_waits(
+            traced, plan.first_step_only, without, recorded))
         rows.append(row)
     return {"model": name, "input": step.input, "batch": step.batch,
             "operators": len(traced.ops), "peak_without_lms_bytes": peak,

@@ -128,11 +128,17 @@ class Waits:
 
 
 def waits(plan: Plan, run: replay.Replayed) -> Waits | None:
-    """RUN's waits against the replay without LMS; None when either has no timeline of the
-    same operators (a replay program from before `ended_us_after_op`, or a run that did not
-    complete)."""
-    mine, base = run.ended_us_after_op, plan.without.ended_us_after_op
-    ops = bound.steady_ops(plan.trace, plan.first_step_only)
+    """RUN's waits against PLAN's replay without LMS (operator_waits)."""
+    return operator_waits(plan.trace, plan.first_step_only, plan.without, run)
+
+
+def operator_waits(trace: Trace, first_step_only: set[int], without: replay.Replayed,
+                   run: replay.Replayed) -> Waits | None:
+    """RUN's waits in its last replayed step against WITHOUT's (LMS off); None when either has
+    no timeline of the step's operators (a replay program from before `ended_us_after_op`, or
+    a run that did not complete)."""
+    mine, base = run.ended_us_after_op, without.ended_us_after_op
+    ops = bound.steady_ops(trace, first_step_only)
     if not run.completed or not mine or len(mine) != len(base) or len(mine) != len(ops):
         return None
 
@@ -248,8 +254,8 @@ def answer_lines(plan: Plan) -> list[str]:
     if waited is not None and waited.largest:
         named = sum(wait.ms for wait in waited.largest)
         lines.append(
-            f"  where it waits: {waited.total_ms:.1f} ms a step beyond the operators' time "
-            f"without LMS, {named / waited.total_ms:.0%} of it before "
+            f"  where it waits (its last replayed step): {waited.total_ms:.1f} ms beyond the "
+            f"operators' time without LMS, {named / waited.total_ms:.0%} of it before "
             + ", ".join(f"operator {wait.op} ({wait.name}) {wait.ms:.1f} ms"
                         for wait in waited.largest))
     if len(plan.tried) > 1 and tune.recorded_label(run.alloc_conf):
@@ -278,10 +284,10 @@ def run_json(plan: Plan, run: replay.Replayed) -> dict[str, object]:
             "least_time_ms": round(plan.least_ms(run), 4) if run.completed and run.alloc_conf
             else None,
             "memory_stats": run.stats,
-            "waits": _waits_json(waits(plan, run)) if run.alloc_conf else None}
+            "waits": waits_json(waits(plan, run)) if run.alloc_conf else None}
 
 
-def _waits_json(waited: Waits | None) -> dict[str, object] | None:
+def waits_json(waited: Waits | None) -> dict[str, object] | None:
     if waited is None:
         return None
     return {"total_ms": round(waited.total_ms, 4),

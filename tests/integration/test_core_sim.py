@@ -239,6 +239,14 @@ def test_the_series_passes_every_level_to_core_sim_under_several_seeds(
                 if played["completed"]:
                     assert played["step_ms"] >= row["least_time_ms"]
                     assert played["bytes_out"] > 0 and played["bytes_in"] > 0
+            # Where the last step waited, operator by operator, against the step without LMS:
+            # at least all it took longer, never more than the step (the replay's timeline of
+            # operator ends, checked on real models).
+            for replayed in (row, row["recorded"]):
+                if replayed is row or replayed["completed"]:
+                    last, waits = replayed["step_ms_each"][-1], replayed["waits"]
+                    assert last - model["compute_only_ms"] - 0.01 <= waits["total_ms"] <= last
+                    assert 0 < waits["largest"][0]["ms"] <= waits["total_ms"]
     # The activation-dominated ResNet-50 fits at both limits; LMS started the plan's moves, and
     # its own recorder planned and played steps.
     for row in models["models"][0]["limits"]:

@@ -228,8 +228,9 @@ def test_the_answer_names_the_operators_before_which_lms_waits_longest():
         (11, "aten.op1.default", 3.0), (12, "aten.op2.default", 0.5),
         (13, "aten.op3.default", 0.2)]
     lines = planner.answer_lines(plan)
-    assert lines[4] == ("  where it waits: 3.7 ms a step beyond the operators' time without "
-                        "LMS, 100% of it before operator 11 (aten.op1.default) 3.0 ms, "
+    assert lines[4] == ("  where it waits (its last replayed step): 3.7 ms beyond the "
+                        "operators' time without LMS, 100% of it before operator 11 "
+                        "(aten.op1.default) 3.0 ms, "
                         "operator 12 (aten.op2.default) 0.5 ms, operator 13 (aten.op3.default) "
                         "0.2 ms")
     assert lines[5].startswith("  settings: ")
