@@ -8,12 +8,26 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmsforge.errors import UsageError
-from lmsforge.plan import replay
-from lmsforge.plan.planner import GIB, Plan, operator_bytes
+from lmsforge.plan import bound, replay
+from lmsforge.plan.planner import GIB, Plan, operator_bytes, waits
 
 
 def _needs(trace, op_id: int) -> int:
     return operator_bytes(trace)[op_id]
+
+
+def _mark_waits(axes, plan: Plan, run: replay.Replayed) -> None:
+    """A line at each operator before which the step with LMS waited longest (planner.waits)."""
+    waited = waits(plan, run)
+    if waited is None or not waited.largest:
+        return
+    index = {op.id: i for i, op in enumerate(bound.steady_ops(plan.trace, plan.first_step_only))}
+    for number, wait in enumerate(waited.largest):
+        axes.axvline(index[wait.op], color="tab:orange", alpha=0.6,
+                     label=None if number else
+                     f"where LMS waits longest ({len(waited.largest)} operators: "
+                     f"{sum(w.ms for w in waited.largest):.0f} of the {waited.total_ms:.0f} ms "
+                     "it waits a step)")
 
 
 def write_png(plan: Plan, path: Path) -> None:
@@ -37,6 +51,7 @@ def write_png(plan: Plan, path: Path) -> None:
                         f"{chosen.step_ms:.1f} ms)")
         axes.axhline(chosen.lms_limit / GIB, color="tab:blue", linestyle=":",
                      label=f"LMS limit {chosen.lms_limit / GIB:.2f} GiB")
+        _mark_waits(axes, plan, chosen)
     elif plan.tried and plan.tried[0].oom_op >= 0:  # does not fit: where LMS ran out
         failed = plan.tried[0]
         skipped = replay.first_step_only(t)  # not in the curve, which is a later step's
