@@ -132,6 +132,29 @@ def replay_on_gpu(program: Path, path: Path, sim: dict, work: Path) -> dict:
     return gpu
 
 
+# Operators of the last step named where the GPU's time between two operator ends differs most
+# from the simulator's: the part of the step (a page-in waited for, a pin, a launch gap) where
+# the two devices part.
+GAPS_NAMED = 5
+
+
+def gaps_differing_most(sim: replay.Replayed, gpu: replay.Replayed) -> list[dict]:
+    """The last step's operators (by position) whose time since the operator before differs
+    most between the simulator and the GPU, largest difference first; [] when either replay has
+    no timeline of the same operators."""
+    mine, theirs = sim.ended_us_after_op, gpu.ended_us_after_op
+    if not mine or len(mine) != len(theirs):
+        return []
+
+    def gaps(ended: list[int]) -> list[int]:
+        return [later - earlier for earlier, later in zip([0, *ended[:-1]], ended)]
+
+    pairs = list(zip(gaps(mine), gaps(theirs)))
+    order = sorted(range(len(pairs)), key=lambda i: (-abs(pairs[i][1] - pairs[i][0]), i))
+    return [{"position": i, "sim_ms": pairs[i][0] / 1e3, "gpu_ms": pairs[i][1] / 1e3}
+            for i in order[:GAPS_NAMED] if pairs[i][0] != pairs[i][1]]
+
+
 def row(path: Path, sim_data: dict, gpu_data: dict) -> dict:
     sim = figures(sim_data)
     entry = {"model": path.parent.name, "run": path.stem, "alloc_conf": sim.alloc_conf,
@@ -155,7 +178,8 @@ def row(path: Path, sim_data: dict, gpu_data: dict) -> dict:
                                       "gpu": gpu.stats.get(name, 0)} for name in COUNTERS},
                      each_step={name: {"sim": [stats.get(name, 0) for stats in sim.stats_each],
                                        "gpu": [stats.get(name, 0) for stats in gpu.stats_each]}
-                                for name in STEP_COUNTERS})
+                                for name in STEP_COUNTERS},
+                     gaps_differing_most=gaps_differing_most(sim, gpu))
     else:
         entry["gpu_oom"] = gpu.oom
     return entry

@@ -80,6 +80,15 @@ def test_a_row_puts_the_simulated_and_gpu_counters_side_by_side() -> None:
                                                           {"steps_planned": 3})
     # Every step's, not only the reported one's: a first step unlike the later ones shows.
     assert row["each_step"]["clean_reclaims"] == {"sim": [0, 7, 7], "gpu": [0, 2, 2]}
+    # Without timelines (replays from before ended_us_after_op) nothing is named.
+    assert row["gaps_differing_most"] == []
+    # With them, the operators whose time since the one before differs most, largest first:
+    # the third (1 ms simulated, 4 on the GPU), then the first (1 and 1.5); the second is the
+    # same on both and is not named.
+    sim["ended_us_after_op"], gpu["ended_us_after_op"] = [1000, 2000, 3000], [1500, 2500, 6500]
+    row = module.row(Path("m/gpt2-medium/recorded-1of2.json"), sim, gpu)
+    assert row["gaps_differing_most"] == [{"position": 2, "sim_ms": 1.0, "gpu_ms": 4.0},
+                                          {"position": 0, "sim_ms": 1.0, "gpu_ms": 1.5}]
 
 
 def test_each_limits_tuned_pick_runs_right_after_its_defaults(tmp_path: Path) -> None:
