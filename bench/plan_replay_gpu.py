@@ -142,14 +142,9 @@ def gaps_differing_most(sim: replay.Replayed, gpu: replay.Replayed) -> list[dict
     """The last step's operators (by position) whose time since the operator before differs
     most between the simulator and the GPU, largest difference first; [] when either replay has
     no timeline of the same operators."""
-    mine, theirs = sim.ended_us_after_op, gpu.ended_us_after_op
-    if not mine or len(mine) != len(theirs):
+    if not sim.ended_us_after_op or len(sim.ended_us_after_op) != len(gpu.ended_us_after_op):
         return []
-
-    def gaps(ended: list[int]) -> list[int]:
-        return [later - earlier for earlier, later in zip([0, *ended[:-1]], ended)]
-
-    pairs = list(zip(gaps(mine), gaps(theirs)))
+    pairs = list(zip(sim.operator_gaps_us, gpu.operator_gaps_us))
     order = sorted(range(len(pairs)), key=lambda i: (-abs(pairs[i][1] - pairs[i][0]), i))
     return [{"position": i, "sim_ms": pairs[i][0] / 1e3, "gpu_ms": pairs[i][1] / 1e3}
             for i in order[:GAPS_NAMED] if pairs[i][0] != pairs[i][1]]

@@ -141,12 +141,8 @@ def operator_waits(trace: Trace, first_step_only: set[int], without: replay.Repl
     ops = bound.steady_ops(trace, first_step_only)
     if not run.completed or not mine or len(mine) != len(base) or len(mine) != len(ops):
         return None
-
-    def gaps(ended: list[int]) -> list[int]:
-        return [later - earlier for earlier, later in zip([0, *ended[:-1]], ended)]
-
     extra = [max(0, mine_gap - base_gap) / 1e3
-             for mine_gap, base_gap in zip(gaps(mine), gaps(base))]
+             for mine_gap, base_gap in zip(run.operator_gaps_us, without.operator_gaps_us)]
     order = sorted(range(len(extra)), key=lambda i: (-extra[i], i))
     return Waits(sum(extra), [Wait(ops[i].id, ops[i].name, extra[i])
                               for i in order[:WAITS_NAMED] if extra[i] > 0])

@@ -116,6 +116,13 @@ class Replayed:
     recorder: dict[str, int] = field(default_factory=dict)
 
     @property
+    def operator_gaps_us(self) -> list[int]:
+        """Per operator of the last step, the µs from the end of the one before (the step's
+        start for the first) to its own end: its time, and any wait before it."""
+        ended = self.ended_us_after_op
+        return [later - earlier for earlier, later in zip([0, *ended[:-1]], ended)]
+
+    @property
     def bytes_out(self) -> int:
         """Bytes copied to the host in the step: a clean page-out copies nothing."""
         return self.stats.get("reclaimed_bytes", 0) - self.stats.get("clean_reclaimed_bytes", 0)
