@@ -51,7 +51,10 @@ EXPECTED_FAILURES = {
                                       "LargeModelSupportCudaTest."
                                       "PageOutWaitsForAKernelReadingOnAnotherStream",
                                       "LargeModelSupportCudaTest."
-                                      "APlannedPageOutWaitsForTheLastUseAndKeepsTheData"},
+                                      "APlannedPageOutWaitsForTheLastUseAndKeepsTheData",
+                                      # A write-back's copy, which waits as a page-out's does.
+                                      "LargeModelSupportCudaTest."
+                                      "APlannedWriteBackWaitsForAWriteOnAnotherStream"},
     # (ReclaimsUnderTheLimitAndKeepsData saw it too until the policies' defaults changed in
     # issue 15: a host wait for a page-out now often lets the page-in finish before the read.)
     "drop-page-in-wait.patch": {"LargeModelSupportCudaTest."
@@ -138,6 +141,13 @@ EXPECTED_FAILURES = {
     # copies: it asks its thread for another chunk every training step (2 more in 6 warm steps
     # of the test; on an H200 a k = 2 oversubscription step took 629 ms instead of 30 ms, 0.6 ms
     # of pinning per MiB). No data is wrong: the test counts the chunks.
+    # A planned write-back (patch 0180) leaves its copy marked as covering the storage's users:
+    # the drop that follows gives the block back without waiting for a read on another stream
+    # made after the write-back, and the block's next owner overwrites what that read sums.
+    # (APlannedWriteBackWaitsForAWriteOnAnotherStream fails too, on its count of drops. The
+    # fuzzer did not find it under seeds 1-4, 2026-12-01.)
+    "write-back-drop-not-ordered-after-later-uses.patch": {
+        "LargeModelSupportCudaTest.AStorageReadAfterItsWriteBackIsNotDroppedUnderTheRead"},
     "host-pool-grows-while-copies-pending.patch": {
         "LargeModelSupportCudaTest.ATrainingLoopPinsNoMoreHostMemoryOnceWarm"},
 }
