@@ -141,6 +141,8 @@ EXPECTED_FAILURES = {
     # copies: it asks its thread for another chunk every training step (2 more in 6 warm steps
     # of the test; on an H200 a k = 2 oversubscription step took 629 ms instead of 30 ms, 0.6 ms
     # of pinning per MiB). No data is wrong: the test counts the chunks.
+    "host-pool-grows-while-copies-pending.patch": {
+        "LargeModelSupportCudaTest.ATrainingLoopPinsNoMoreHostMemoryOnceWarm"},
     # A planned write-back (patch 0180) leaves its copy marked as covering the storage's users:
     # the drop that follows gives the block back without waiting for a read on another stream
     # made after the write-back, and the block's next owner overwrites what that read sums.
@@ -148,8 +150,6 @@ EXPECTED_FAILURES = {
     # fuzzer did not find it under seeds 1-4, 2026-12-01.)
     "write-back-drop-not-ordered-after-later-uses.patch": {
         "LargeModelSupportCudaTest.AStorageReadAfterItsWriteBackIsNotDroppedUnderTheRead"},
-    "host-pool-grows-while-copies-pending.patch": {
-        "LargeModelSupportCudaTest.ATrainingLoopPinsNoMoreHostMemoryOnceWarm"},
 }
 # Mutations that make LMS name a CUDA stream or event after it was destroyed: on a GPU a dangling
 # pointer the driver dereferences (the H200 crashed), so the simulator ends the process there,
