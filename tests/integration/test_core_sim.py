@@ -150,6 +150,12 @@ EXPECTED_FAILURES = {
     # fuzzer did not find it under seeds 1-4, 2026-12-01.)
     "write-back-drop-not-ordered-after-later-uses.patch": {
         "LargeModelSupportCudaTest.AStorageReadAfterItsWriteBackIsNotDroppedUnderTheRead"},
+    # A page-out's start forgets the storage's last page-in (the code before 2026-12-01): a
+    # write-back, or a page-out ahead cancelled by a use, leaves the storage resident, and a
+    # kernel on a stream new to it no longer waits for a page-in still queued behind a late
+    # copy: it sums the block before the bytes land (every seed; the fuzzer missed it, seeds 1-3).
+    "page-in-forgotten-when-a-page-out-starts.patch": {
+        "LargeModelSupportCudaTest.AStreamNewToAWrittenBackStorageWaitsForItsPageIn"},
 }
 # Mutations that make LMS name a CUDA stream or event after it was destroyed: on a GPU a dangling
 # pointer the driver dereferences (the H200 crashed), so the simulator ends the process there,
