@@ -76,7 +76,12 @@ EXPECTED_FAILURES = {
     "last-use-event-not-recorded.patch": {"LargeModelSupportCudaTest."
                                           "KeepAlivePatternNeedsNoRecordStream",
                                           "LargeModelSupportCudaTest."
-                                          "PageInKeepsTheStorageOnItsStream"},
+                                          "PageInKeepsTheStorageOnItsStream",
+                                          # A write-back's copy goes before the optimizer's
+                                          # write behind a slow kernel: the drop that follows
+                                          # keeps the step before's bytes (seeds 1 and 2).
+                                          "LargeModelSupportCudaTest."
+                                          "WriteBacksOnTwoDevicesAtOnceKeepEveryByte"},
     # A storage paged in ahead and freed unused (destroyed, or resized to nothing) gives its
     # block back unordered after its copy, which then overwrites the block's next owner.
     # The fuzzer finds it too: a quarter of its sweeps run backward while a gate holds the
@@ -94,6 +99,8 @@ EXPECTED_FAILURES = {
         # A training loop with lms_step() whose forward runs on a stream made and destroyed
         # each step: the played moves meet the dead handle.
         "LargeModelSupportCudaTest.APlayedStepNeverNamesAnExternalStreamItsRecordingSaw",
+        # An optimizer on a stream each step destroys: its weights' write-backs and drops.
+        "LargeModelSupportCudaTest.AWriteBackWaitsForAnOptimizerOnADestroyedExternalStream",
         FUZZER},
     # A storage allocated on an external stream keeps that stream as its home: a page-in after
     # its owner destroyed it orders its copy after it, and a block allocated for it is freed by
