@@ -69,13 +69,28 @@ EXPECTED_FAILURES = {
                                 "LargeModelSupportCudaTest."
                                 "APlannedPageInIsWaitedForByItsFirstUser",
                                 "LargeModelSupportCudaTest."
-                                "ARecordedStepIsPlayedOnEachDeviceAndKeepsEveryByte"},
+                                "ARecordedStepIsPlayedOnEachDeviceAndKeepsEveryByte",
+                                # The write-back loops on two devices: a weight paged in for
+                                # the backward pass is read before its bytes land (each under
+                                # seeds 1-3, 2026-12-01; the first was missing here).
+                                "LargeModelSupportCudaTest."
+                                "WriteBacksOnTwoDevicesAtOnceKeepEveryByte",
+                                "LargeModelSupportCudaTest."
+                                "WriteBacksAskedFromSeveralThreadsKeepEveryByte"},
     # A page-out started ahead of need gives its block back before its copy finished.
     # A planned page-out (patch 0180) is a page-out ahead of the storage named: the same wait.
     "skip-page-out-ahead-wait.patch": {"LargeModelSupportCudaTest."
                                        "AnAllocationRacingAPageOutAheadWaitsForItsCopy",
                                        "LargeModelSupportCudaTest."
-                                       "APlannedPageOutWaitsForTheLastUseAndKeepsTheData"},
+                                       "APlannedPageOutWaitsForTheLastUseAndKeepsTheData",
+                                       # The write-back loops on two devices: a weight paged
+                                       # out ahead in the first forward pass gives its block to
+                                       # the next activation before its copy ends, and comes
+                                       # back holding the activation's bytes.
+                                       "LargeModelSupportCudaTest."
+                                       "WriteBacksOnTwoDevicesAtOnceKeepEveryByte",
+                                       "LargeModelSupportCudaTest."
+                                       "WriteBacksAskedFromSeveralThreadsKeepEveryByte"},
     # The event that marks where an inactive storage's uses end is never recorded: its
     # page-out waits for nothing current and copies memory kernels still write.
     "last-use-event-not-recorded.patch": {"LargeModelSupportCudaTest."
@@ -86,7 +101,11 @@ EXPECTED_FAILURES = {
                                           # write behind a slow kernel: the drop that follows
                                           # keeps the step before's bytes (seeds 1 and 2).
                                           "LargeModelSupportCudaTest."
-                                          "WriteBacksOnTwoDevicesAtOnceKeepEveryByte"},
+                                          "WriteBacksOnTwoDevicesAtOnceKeepEveryByte",
+                                          # The same loop with each device on a thread of its
+                                          # own and each backward pass on a worker thread.
+                                          "LargeModelSupportCudaTest."
+                                          "WriteBacksAskedFromSeveralThreadsKeepEveryByte"},
     # A storage paged in ahead and freed unused (destroyed, or resized to nothing) gives its
     # block back unordered after its copy, which then overwrites the block's next owner.
     # The fuzzer finds it too: a quarter of its sweeps run backward while a gate holds the
@@ -155,6 +174,13 @@ EXPECTED_FAILURES = {
     # of pinning per MiB). No data is wrong: the test counts the chunks.
     "host-pool-grows-while-copies-pending.patch": {
         "LargeModelSupportCudaTest.ATrainingLoopPinsNoMoreHostMemoryOnceWarm"},
+    # A write-back asked while a graph is captured is started (its capture check removed): the
+    # plan's move at the captured optimizer operator copies the weight the optimizer wrote just
+    # before it. On the simulator the capture still ends well and no byte is wrong (that weight
+    # was written outside the capture); the test fails on its count of moves started during the
+    # capture, every seed.
+    "write-back-asked-in-a-capture.patch": {
+        "LargeModelSupportCudaTest.AWriteBackAskedWhileAGraphIsCapturedIsRefusedAndTheBytesStay"},
     # A planned write-back (patch 0180) leaves its copy marked as covering the storage's users:
     # the drop that follows gives the block back without waiting for a read on another stream
     # made after the write-back, and the block's next owner overwrites what that read sums.
