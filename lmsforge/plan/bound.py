@@ -24,6 +24,10 @@ schedule that does not recompute and moves bytes unchanged; it uses the trace's 
 and the profile's one-way link rates, as the replay does. Persistent storages count for neither
 direction, which keeps the bound true for a schedule that moves them across steps (and makes it
 loose for a model whose optimizer state must move: GPT-2 with AdamW).
+
+fluid_bound.least_step_ms is tighter (every operator, the link's duplex rate, state across
+steps) but takes minutes on a full model; this one takes milliseconds, so the planner and the
+`core-sim` report use it.
 """
 
 from __future__ import annotations

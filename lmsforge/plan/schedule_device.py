@@ -77,8 +77,18 @@ class Timeline:
 
     def earliest(self, start: float, nbytes: int) -> float | None:
         """The first time from START on when NBYTES more fit from then on."""
+        # most_from(t) is the highest level in use once the changes up to t have happened:
+        # the most of the levels from there on. One pass from the end gives it for every t
+        # (calling most_from for each candidate made long schedules quadratic).
+        levels = [self.base]
+        for _, change in self.changes:
+            levels.append(levels[-1] + change)
+        most_after = levels[:]
+        for index in range(len(levels) - 2, -1, -1):
+            most_after[index] = max(levels[index], most_after[index + 1])
+        times = [time for time, _ in self.changes]
         for time in [start] + [t for t, n in self.changes if t > start and n < 0]:
-            if self.most_from(time) + nbytes <= self.limit:
+            if most_after[bisect.bisect_right(times, time)] + nbytes <= self.limit:
                 return time
         return None
 

@@ -1,16 +1,18 @@
 """The clairvoyant schedules (lmsforge/plan/clairvoyant.py) and their device
 (lmsforge/plan/schedule_device.py): the memory model, steps small enough to follow by hand, and
 random steps on which no schedule may beat the least-time bound (lmsforge/plan/bound.py), a
-cross-check of both."""
+cross-check of both; on small real models, of the linear program's bound too
+(lmsforge/plan/fluid_bound.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
 from plan_steps import GPU, MS, chain
 
-from lmsforge.plan import bound, clairvoyant, models, replay
+from lmsforge.plan import bound, clairvoyant, fluid_bound, models, replay
 from lmsforge.plan.schedule_device import Timeline
 from lmsforge.plan.profiles import Profile, profile
 from lmsforge.plan.trace import trace_step
@@ -297,7 +299,7 @@ def test_on_small_real_models_every_schedule_could_run(spec):
     trace = trace_step(*spec.step_args(), model_name=spec.name, input_desc=spec.input,
                        batch=spec.batch, profiles=[gpu.name])
     first_only = replay.first_step_only(trace)
-    completed = 0
+    completed = fluid_rows = 0
     for fraction in (2, 4):
         limit = trace.steady_peak_bytes() // fraction
         least = bound.least_step_ms(trace, gpu, limit, first_only)
@@ -309,4 +311,19 @@ def test_on_small_real_models_every_schedule_could_run(spec):
                 check_schedule(trace, limit, events, gpu, frozenset(first_only))
                 assert found.step_ms >= least - 1e-9
                 assert found.bytes_out > 0 and found.bytes_in > 0
+        # The linear program's bound (fluid_bound) is never looser than the cut, and the best
+        # schedule played at the rate the simulator gives each direction while both move (no
+        # faster than the simulator's link) does not beat it.
+        at_duplex = dataclasses.replace(gpu, h2d_bytes_per_s=gpu.duplex_bytes_per_s,
+                                        d2h_bytes_per_s=gpu.duplex_bytes_per_s)
+        found = clairvoyant.best_schedule(trace, at_duplex, limit, first_only)
+        try:
+            fluid = fluid_bound.least_step_ms(trace, gpu, limit, first_only)
+        except fluid_bound.DoesNotFit:
+            assert found is None
+            continue
+        assert fluid >= least - 1e-6
+        assert found is not None and found.step_ms >= fluid - 1e-6, (fraction, found, fluid)
+        fluid_rows += 1
+    assert fluid_rows > 0
     assert completed > 0
