@@ -123,6 +123,29 @@ def _storages(trace: Trace, ops: list, limit: int) -> tuple[list[_Storage], list
     return storages, over
 
 
+class _Rows:
+    """Constraint rows of the program, sparse: sum of coefficient * variable against a value."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.coefs: list[float] = []
+        self.values: list[float] = []
+
+    def add(self, terms: list[tuple[int, float]], value: float) -> None:
+        for col, coef in terms:
+            self.rows.append(len(self.values))
+            self.cols.append(col)
+            self.coefs.append(coef)
+        self.values.append(value)
+
+    def matrix(self, variables: int):
+        import scipy.sparse as sparse
+
+        return sparse.csr_matrix((self.coefs, (self.rows, self.cols)),
+                                 shape=(len(self.values), variables))
+
+
 def _check_each_operator_fits(trace: Trace, ops: list, limit: int) -> None:
     # Checked here, not left to the solver: its tolerances are a few hundred bytes.
     sizes = {s.id: s.bytes for s in trace.initial}
@@ -154,7 +177,6 @@ def least_step_ms(trace: Trace, gpu: Profile, limit: int, first_step_only: set[i
     (module docstring), in milliseconds of the roofline's clock. Raises DoesNotFit when an
     operator's own storages exceed LIMIT."""
     import numpy as np
-    import scipy.sparse as sparse
     from scipy.optimize import linprog
 
     ops = bound.steady_ops(trace, first_step_only)
@@ -164,34 +186,14 @@ def least_step_ms(trace: Trace, gpu: Profile, limit: int, first_step_only: set[i
     _check_each_operator_fits(trace, ops, limit)
     lower: list[float] = list(compute)
     upper: list[float] = [np.inf] * n
-    rows: list[int] = []
-    cols: list[int] = []
-    coefs: list[float] = []
-    rhs: list[float] = []
-    equal_rows: list[int] = []
-    equal_cols: list[int] = []
-    equal_coefs: list[float] = []
-    equal_rhs: list[float] = []
+    at_most_rows, equal_rows = _Rows(), _Rows()
+    at_most, equal = at_most_rows.add, equal_rows.add
 
     def new_vars(count: int, low: float, high: float) -> int:
         start = len(lower)
         lower.extend([low] * count)
         upper.extend([high] * count)
         return start
-
-    def at_most(terms: list[tuple[int, float]], value: float) -> None:
-        for col, coef in terms:
-            rows.append(len(rhs))
-            cols.append(col)
-            coefs.append(coef)
-        rhs.append(value)
-
-    def equal(terms: list[tuple[int, float]], value: float) -> None:
-        for col, coef in terms:
-            equal_rows.append(len(equal_rhs))
-            equal_cols.append(col)
-            equal_coefs.append(coef)
-        equal_rhs.append(value)
 
     on_device: dict[int, list[int]] = {k: [] for k in over}
     moved_out: list[list[int]] = [[] for _ in range(n)]
@@ -235,11 +237,10 @@ def least_step_ms(trace: Trace, gpu: Profile, limit: int, first_step_only: set[i
     cost = np.zeros(count)
     cost[:n] = 1.0
     result = linprog(
-        cost,
-        A_ub=sparse.csr_matrix((coefs, (rows, cols)), shape=(len(rhs), count)), b_ub=rhs,
-        A_eq=(sparse.csr_matrix((equal_coefs, (equal_rows, equal_cols)),
-                                shape=(len(equal_rhs), count)) if equal_rhs else None),
-        b_eq=equal_rhs or None, bounds=np.column_stack([lower, upper]), method="highs")
+        cost, A_ub=at_most_rows.matrix(count), b_ub=at_most_rows.values,
+        A_eq=equal_rows.matrix(count) if equal_rows.values else None,
+        b_eq=equal_rows.values or None, bounds=np.column_stack([lower, upper]),
+        method="highs")
     if result.status != 0:
         raise RuntimeError(f"the fluid bound's program did not solve: {result.message}")
     return float(result.fun)
