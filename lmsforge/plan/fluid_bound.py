@@ -27,7 +27,8 @@ Constraints, each one a real schedule meets:
   `duplex_bytes_per_s` each while both move), lie in the convex hull of what those rates allow
   in t[k] (any mix over the slot of one, the other or both moving);
 - storages alive across steps (the step's initial storages and the optimizer state) end the
-  step as they began it: d and h at the end equal d and h at the start.
+  step as they began it: d and h at the end equal d and h at the start. (A storage the step
+  makes is used and written by its first operator: whole on the device, no host copy.)
 
 The bound is the least sum of t[k]. A real schedule gives a solution: d[s,k] is the whole
 storage unless it is dropped (0) or being paged in (the bytes landed so far), which is never
@@ -65,8 +66,8 @@ class _Storage:
     """One storage (or several merged) as the program sees it."""
     nbytes: int
     first: int  # the first operator it is alive at
-    last: int  # the last operator it is alive at; n for one alive across steps
-    across_steps: bool
+    last: int  # the last operator it is alive at; n for one alive into the next step
+    cyclic: bool  # alive into the next step: ends the step as it began it
     uses: frozenset[int]  # operators that read, write or allocate it
     writes: frozenset[int]  # operators after which its host copy is stale
 
@@ -94,11 +95,12 @@ def _storages(trace: Trace, ops: list, limit: int) -> tuple[list[_Storage], list
             uses.setdefault(sid, set()).add(k)
             writes.setdefault(sid, set()).add(k)
         for sid in op.frees:
-            if sid not in across:
-                last[sid] = k
+            last[sid] = k
     for sid in across:
         nbytes.setdefault(sid, 0)
-    spans = {sid: (0, n - 1) for sid in across}
+    # A storage alive from before the step that the step frees (none in the traces of our
+    # models) is not there at the next step's start: no cycle, and nothing known at its start.
+    spans = {sid: (0, last.get(sid, n - 1)) for sid in across}
     spans.update({sid: (k, last.get(sid, n - 1)) for sid, k in first.items()})
     # Bytes alive at each operator: a difference array over the spans.
     change = [0] * (n + 1)
@@ -115,11 +117,11 @@ def _storages(trace: Trace, ops: list, limit: int) -> tuple[list[_Storage], list
         at = bisect.bisect_left(over, lo)
         if at == len(over) or over[at] > hi or nbytes[sid] == 0:
             continue  # never alive where memory is short: it stays on the device
-        key = (sid in across, lo, n if sid in across else hi,
+        cyclic = sid in across and sid not in last
+        key = (lo, n if cyclic else hi, cyclic,
                frozenset(uses.get(sid, ())), frozenset(writes.get(sid, ())))
         merged[key] = merged.get(key, 0) + nbytes[sid]
-    storages = [_Storage(size, lo, hi, is_across, used, written)
-                for (is_across, lo, hi, used, written), size in merged.items()]
+    storages = [_Storage(size, *key) for key, size in merged.items()]
     return storages, over
 
 
@@ -212,9 +214,6 @@ def least_step_ms(trace: Trace, gpu: Profile, limit: int, first_step_only: set[i
             if k in storage.uses:
                 lower[d + j] = size
             at_most([(d + j, -1.0), (h + j, -1.0)], -size)  # d >= size - h
-        if not storage.across_steps:
-            lower[d] = size  # made by its first operator, on the device
-            upper[h] = 0.0  # with no host copy yet
         for j in range(span - 1):
             k = storage.first + j
             moved_out[k].append(out + j)
@@ -224,7 +223,7 @@ def least_step_ms(trace: Trace, gpu: Profile, limit: int, first_step_only: set[i
                 at_most([(h + j + 1, 1.0), (out + j, -1.0)], 0.0)
             else:
                 at_most([(h + j + 1, 1.0), (h + j, -1.0), (out + j, -1.0)], 0.0)
-        if storage.across_steps:
+        if storage.cyclic:
             equal([(d + span - 1, 1.0), (d, -1.0)], 0.0)
             equal([(h + span - 1, 1.0), (h, -1.0)], 0.0)
     for k in over:

@@ -70,6 +70,20 @@ def test_a_parameter_written_each_step_is_copied_out_again_each_step():
     assert fluid_bound.least_step_ms(trace, LINK, 18_000, set()) == pytest.approx(6.0)
 
 
+def test_a_storage_from_before_the_step_that_it_frees_takes_no_room_after():
+    # Limit 15000 B. The batch B (12000 B) is read by op 0 and freed after it, beside a
+    # parameter P (6000 B) that op 3 reads: at op 0 half of P is away, dropped (its host copy
+    # stays current: P is only read). Op 1 makes X (12000 B), op 2 reads and frees it: P's
+    # half comes back in slot 2 (3000 B, 1.5 ms), for op 3. 1 + 1 + 1.5 + 1 = 4.5 ms. Were
+    # the batch alive to the step's end, 9000 B of it would come back each step (4.5 ms more).
+    trace = step([op(0, reads=[0], frees=[0]),
+                  op(1, allocs=[(2, 12_000)], writes=[2]),
+                  op(2, reads=[2], frees=[2]),
+                  op(3, reads=[1])],
+                 initial=[Storage(0, 12_000, "input"), Storage(1, 6000, "param")])
+    assert fluid_bound.least_step_ms(trace, LINK, 15_000, set()) == pytest.approx(4.5)
+
+
 def test_an_operator_whose_own_storages_exceed_the_limit_does_not_fit():
     trace = step([op(0, allocs=[(1, 6000)], writes=[1]),
                   op(1, reads=[1], allocs=[(2, 6000)], writes=[2], frees=[1, 2])])
