@@ -49,7 +49,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from lmsforge.plan import bound, replay
+from lmsforge.plan import bound, planner, replay
 from lmsforge.plan.profiles import Profile
 from lmsforge.plan.trace_format import Trace
 
@@ -150,13 +150,9 @@ class _Rows:
 
 def _check_each_operator_fits(trace: Trace, ops: list, limit: int) -> None:
     # Checked here, not left to the solver: its tolerances are a few hundred bytes.
-    sizes = {s.id: s.bytes for s in trace.initial}
-    for op in trace.ops:
-        sizes.update((sid, nbytes) for sid, nbytes in op.allocs)
-    for op in ops:
-        own = set(op.reads) | set(op.writes) | {sid for sid, _ in op.allocs}
-        needed = sum(sizes.get(sid, 0) for sid in own)
-        if needed > limit:
+    steady = {op.id for op in ops}
+    for op, needed in zip(trace.ops, planner.operator_bytes(trace)):
+        if op.id in steady and needed > limit:
             raise DoesNotFit(f"operator {op.id} ({op.name}) needs {needed} bytes on the "
                              f"device, more than the limit of {limit}")
 

@@ -13,7 +13,7 @@ import pytest
 from plan_steps import GPU, MS, chain
 from test_plan_clairvoyant import check_schedule, play, random_step
 
-from lmsforge.plan import bound, clairvoyant, fluid_bound
+from lmsforge.plan import bound, clairvoyant, fluid_bound, planner
 from lmsforge.plan.profiles import profile
 from lmsforge.plan.trace_format import Op, Storage, Trace
 
@@ -108,7 +108,7 @@ def test_on_random_steps_it_bounds_every_schedule_and_is_no_looser_than_the_cut(
         try:
             least = fluid_bound.least_step_ms(trace, GPU, limit, set())
         except fluid_bound.DoesNotFit:
-            assert max(_own_bytes(trace, o) for o in trace.ops) > limit
+            assert max(planner.operator_bytes(trace)) > limit
             continue
         assert least >= bound.least_step_ms(trace, GPU, limit, set()) - 1e-6
         for rule in clairvoyant.EVICTION_RULES + clairvoyant.HORIZONS_MS:
@@ -118,10 +118,3 @@ def test_on_random_steps_it_bounds_every_schedule_and_is_no_looser_than_the_cut(
                 check_schedule(trace, limit, events, slow)
                 assert found.step_ms >= least - 1e-6, (fraction, rule, found, least)
 
-
-def _own_bytes(trace: Trace, operator: Op) -> int:
-    sizes = {s.id: s.bytes for s in trace.initial}
-    for o in trace.ops:
-        sizes.update((sid, nbytes) for sid, nbytes in o.allocs)
-    used = set(operator.reads) | set(operator.writes) | {sid for sid, _ in operator.allocs}
-    return sum(sizes[sid] for sid in used)
