@@ -23,9 +23,10 @@ Constraints, each one a real schedule meets:
 - a host copy grows by the copies out, and a write makes it stale:
   h[s,k+1] <= h[s,k] + out[s,k], or <= out[s,k] if operator k writes s (a new storage starts
   with no host copy);
-- the link: each direction's bytes in a slot, at the rates the simulator gives (one-way alone,
-  `duplex_bytes_per_s` each while both move), lie in the convex hull of what those rates allow
-  in t[k] (any mix over the slot of one, the other or both moving);
+- the link: each direction's bytes in a slot lie in the convex hull of what the simulator's
+  rates allow in t[k]: one-way alone; while both move, one direction at its one-way rate and
+  the other at `duplex_bytes_per_s` (the simulator slows only the copy it places second:
+  `_link_facets`); any mix of these over the slot;
 - storages alive across steps (the step's initial storages and the optimizer state) end the
   step as they began it: d and h at the end equal d and h at the start. (A storage the step
   makes is used and written by its first operator: whole on the device, no host copy.)
@@ -158,16 +159,26 @@ def _check_each_operator_fits(trace: Trace, ops: list, limit: int) -> None:
 
 
 def _link_facets(gpu: Profile) -> list[tuple[float, float]]:
-    """Coefficients (a, b) with a*out + b*in <= t (GB, ms) for every mix of the link's rates."""
+    """Coefficients (a, b) with a*out + b*in <= t (GB, ms) for every mix of the rates the
+    simulator's link gives.
+
+    Alone, a direction moves at its one-way rate. While both move, the simulator gives the
+    duplex rate to the copy it places second only: the copy placed first keeps the end it was
+    given (lms_sim's Timing::place_copy_locked never moves a time it has handed out). So at any
+    moment one direction may move at its one-way rate and the other at the duplex rate, more
+    than a real link, which gives both the duplex rate (a point inside this hull, so the bound
+    holds there too). The hull of (out_rate, 0), (0, in_rate), (out_rate, in_both) and
+    (out_both, in_rate): each one-way rate, and the line through the two corners."""
     out_rate = gpu.d2h_bytes_per_s / GB / 1e3  # GB per ms
     in_rate = gpu.h2d_bytes_per_s / GB / 1e3
-    both = min(gpu.duplex_bytes_per_s / GB / 1e3, out_rate, in_rate)
-    if both / out_rate + both / in_rate <= 1:
-        # Taking turns moves as much as moving both at once: one facet through the one-way rates.
-        return [(1 / out_rate, 1 / in_rate)]
-    # The hull of (out_rate, 0), (both, both) and (0, in_rate): two facets through the corner.
-    return [(1 / out_rate, (1 - both / out_rate) / both),
-            ((1 - both / in_rate) / both, 1 / in_rate)]
+    out_both = min(gpu.duplex_bytes_per_s / GB / 1e3, out_rate)
+    in_both = min(gpu.duplex_bytes_per_s / GB / 1e3, in_rate)
+    facets = [(1 / out_rate, 0.0), (0.0, 1 / in_rate)]
+    if out_both < out_rate and in_both < in_rate:
+        # The duplex rate is below both one-way rates: the corners cut the box's corner off.
+        across = out_rate * in_rate - out_both * in_both
+        facets.append(((in_rate - in_both) / across, (out_rate - out_both) / across))
+    return facets
 
 
 def least_step_ms(trace: Trace, gpu: Profile, limit: int, first_step_only: set[int]) -> float:

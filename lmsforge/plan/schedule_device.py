@@ -4,10 +4,13 @@ moves a schedule makes on it (page out, write back, page in, run an operator), e
 an event that tests replay on their own.
 
 The model: device memory counted in bytes over time (no blocks, so no fragmentation: the
-allocator's limit also pays for rounding and split blocks); one copy engine per direction at the
-profile's one-way rates, even while both move (optimistic: the simulator gives each direction
-the lower duplex rate then; pass a profile with both rates set to it for the pessimistic
-figure); the trace's roofline durations; every operator on one stream. A schedule's figure is
+allocator's limit also pays for rounding and split blocks); one copy engine per direction, whose
+copies go one after the other, with the simulator's link: a copy moves at its direction's
+one-way rate, and at the duplex rate while a copy of the other direction placed before it moves
+(the simulator slows only the copy it places second, lms_sim's Timing::place_copy_locked; a real
+link slows both, so for a pessimistic figure pass a profile with every rate set to the duplex
+one, and for the optimistic one a duplex rate at the one-way rates); the trace's roofline
+durations; every operator on one stream. A schedule's figure is
 the third of STEPS steps, the first starting with the persistent storages (the initial ones and
 the optimizer state) on the device while they fit.
 """
@@ -101,6 +104,10 @@ class Device:
         self.durations = [op.duration_us.get(gpu.name, 0.0) / 1e3 for op in self.ops]
         self.d2h = gpu.d2h_bytes_per_s / 1e3  # bytes per ms
         self.h2d = gpu.h2d_bytes_per_s / 1e3
+        self.duplex = gpu.duplex_bytes_per_s / 1e3
+        # Each direction's copies so far, (starts, ends) in order: the engine runs one at a time.
+        self.copies: dict[str, tuple[list[float], list[float]]] = {"out": ([], []),
+                                                                    "in": ([], [])}
         self.sizes = {s.id: s.bytes for s in trace.initial}
         for op in trace.ops:
             self.sizes.update((sid, nbytes) for sid, nbytes in op.allocs)
@@ -134,6 +141,31 @@ class Device:
             return (step + 1) * len(self.ops) + uses[0]
         return NEVER  # alive, never read again: kept (and copied) until freed all the same
 
+    def copy_ends(self, direction: str, start: float, nbytes: int) -> float:
+        """When a copy of NBYTES in DIRECTION ("out" or "in") placed now at START ends, as the
+        simulator times it: at the direction's one-way rate, at the duplex rate (if lower)
+        while a copy of the other direction placed before it moves. Records it."""
+        alone = self.d2h if direction == "out" else self.h2d
+        shared_rate = min(self.duplex, alone)
+        starts, ends = self.copies["in" if direction == "out" else "out"]
+        at = bisect.bisect_right(ends, start)  # the other's first copy still moving at START
+        time, left = start, float(nbytes)
+        while True:
+            shared = at < len(starts) and starts[at] <= time
+            rate = shared_rate if shared else alone
+            until = ends[at] if shared else starts[at] if at < len(starts) else NEVER
+            if (until - time) * rate >= left:
+                end = time + left / rate
+                break
+            left -= (until - time) * rate
+            time = until
+            if shared:
+                at += 1
+        own_starts, own_ends = self.copies[direction]
+        own_starts.append(start)
+        own_ends.append(end)
+        return end
+
     def page_out(self, sid: int) -> None:
         nbytes = self.sizes[sid]
         # Not before its page-in (if one is under way) and its last use so far end.
@@ -145,7 +177,7 @@ class Device:
             self.events.append(("drop", sid, at))
             return
         start = max(self.d2h_free, ready)
-        self.d2h_free = start + nbytes / self.d2h
+        self.d2h_free = self.copy_ends("out", start, nbytes)
         self.events.append(("out", sid, start, self.d2h_free))
         self.on_host[sid] = self.d2h_free
         self.dirty.discard(sid)
@@ -156,7 +188,7 @@ class Device:
         """Copies SID to the host and keeps it on the device: its page-out is then a drop."""
         nbytes = self.sizes[sid]
         start = max(self.d2h_free, self.on_device[sid], self.last_use_ends[sid])
-        self.d2h_free = start + nbytes / self.d2h
+        self.d2h_free = self.copy_ends("out", start, nbytes)
         self.events.append(("back", sid, start, self.d2h_free))
         self.on_host[sid] = self.d2h_free
         self.dirty.discard(sid)
@@ -194,7 +226,7 @@ class Device:
             raise DoesNotFit(f"no room to page in storage {sid}")
         self.memory.add(taken, nbytes)
         start = max(taken, self.on_host[sid], self.h2d_free)
-        self.h2d_free = start + nbytes / self.h2d
+        self.h2d_free = self.copy_ends("in", start, nbytes)
         self.on_device[sid] = self.h2d_free
         self.events.append(("in", sid, taken, start, self.h2d_free))
         self.bytes_in += nbytes

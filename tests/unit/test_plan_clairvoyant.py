@@ -13,7 +13,7 @@ import pytest
 from plan_steps import GPU, MS, chain
 
 from lmsforge.plan import bound, clairvoyant, fluid_bound, models, replay
-from lmsforge.plan.schedule_device import Timeline
+from lmsforge.plan.schedule_device import Device, Timeline
 from lmsforge.plan.profiles import Profile, profile
 from lmsforge.plan.trace import trace_step
 from lmsforge.plan.trace_format import Op, Storage, Trace
@@ -39,6 +39,19 @@ def check_schedule(trace: Trace, limit: int, events: list[tuple], gpu: Profile =
     engine = {"out": 0.0, "in": 0.0}
     backed: set[int] = set()  # written back and still on the device: a write wastes the copy
     previous_end = 0.0
+
+    copied: dict[str, list[tuple[float, float]]] = {"out": [], "in": []}
+
+    def moved(direction: str, start: float, end: float) -> float:
+        # The bytes a copy from START to END moves on the simulator's link: its one-way rate,
+        # the duplex rate (if lower) while a copy of the other direction placed before it
+        # (an earlier event) moves.
+        alone = (gpu.d2h_bytes_per_s if direction == "out" else gpu.h2d_bytes_per_s) / 1e3
+        shared_rate = min(alone, gpu.duplex_bytes_per_s / 1e3)
+        other = copied["in" if direction == "out" else "out"]
+        overlap = sum(max(0.0, min(end, o_end) - max(start, o_start)) for o_start, o_end in other)
+        copied[direction].append((start, end))
+        return (end - start - overlap) * alone + overlap * shared_rate
 
     def close(sid: int, at: float) -> None:
         assert at >= last_use.get(sid, 0.0), (sid, at, "gone before its last use ended")
@@ -81,7 +94,7 @@ def check_schedule(trace: Trace, limit: int, events: list[tuple], gpu: Profile =
             assert sid in opened and start >= valid[sid] - 1e-9, ("copied before it arrived",
                                                                   event)
             assert start >= engine["out"] - 1e-9, ("copies overlap", event)
-            assert end - start == pytest.approx(sizes[sid] / gpu.d2h_bytes_per_s * 1e3)
+            assert moved("out", start, end) == pytest.approx(sizes[sid]), ("copy time", event)
             engine["out"] = end
             assert start >= last_use.get(sid, 0.0) - 1e-9, ("copied while in use", event)
             host[sid] = (end, version[sid])
@@ -101,7 +114,7 @@ def check_schedule(trace: Trace, limit: int, events: list[tuple], gpu: Profile =
             assert host[sid][1] == version[sid], ("paged in stale data", event)
             assert start >= max(host[sid][0], taken, engine["in"]) - 1e-9, ("copy too early",
                                                                            event)
-            assert end - start == pytest.approx(sizes[sid] / gpu.h2d_bytes_per_s * 1e3)
+            assert moved("in", start, end) == pytest.approx(sizes[sid]), ("copy time", event)
             engine["in"] = end
             opened[sid], valid[sid] = taken, end
         else:
@@ -114,6 +127,21 @@ def check_schedule(trace: Trace, limit: int, events: list[tuple], gpu: Profile =
     for time, _, nbytes in changes:
         in_use += nbytes
         assert in_use <= limit, (time, in_use, limit)
+
+
+def test_a_copy_placed_while_the_other_direction_moves_gets_the_duplex_rate_meanwhile():
+    # 2000 B/ms one way alone, 1500 B/ms for the copy placed second while both move, as the
+    # simulator times them (lms_sim's TheTwoDirectionsOverlapAtTheDuplexRate).
+    link = dataclasses.replace(GPU, d2h_bytes_per_s=2e6, h2d_bytes_per_s=2e6,
+                               duplex_bytes_per_s=1.5e6)
+    device = Device(chain(1, 0), link, 1000, set())
+    assert device.copy_ends("out", 0.0, 4000) == pytest.approx(2.0)  # alone: kept
+    # From 1 to 2 beside the page-out: 1500 B; the other 1500 B alone in 0.75 ms.
+    assert device.copy_ends("in", 1.0, 3000) == pytest.approx(2.75)
+    # A page-out placed after it is the slowed one: 1000 B at 1500 B/ms.
+    assert device.copy_ends("out", 2.0, 1000) == pytest.approx(2 + 2 / 3)
+    # Once both engines are idle, alone again.
+    assert device.copy_ends("in", 3.0, 2000) == pytest.approx(4.0)
 
 
 def test_memory_given_back_later_is_waited_for_and_never_overdrawn():
@@ -312,11 +340,8 @@ def test_on_small_real_models_every_schedule_could_run(spec):
                 assert found.step_ms >= least - 1e-9
                 assert found.bytes_out > 0 and found.bytes_in > 0
         # The linear program's bound (fluid_bound) is never looser than the cut, and the best
-        # schedule played at the rate the simulator gives each direction while both move (no
-        # faster than the simulator's link) does not beat it.
-        at_duplex = dataclasses.replace(gpu, h2d_bytes_per_s=gpu.duplex_bytes_per_s,
-                                        d2h_bytes_per_s=gpu.duplex_bytes_per_s)
-        found = clairvoyant.best_schedule(trace, at_duplex, limit, first_only)
+        # schedule on the simulator's link (the device model's) does not beat it.
+        found = clairvoyant.best_schedule(trace, gpu, limit, first_only)
         try:
             fluid = fluid_bound.least_step_ms(trace, gpu, limit, first_only)
         except fluid_bound.DoesNotFit:
