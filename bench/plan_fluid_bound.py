@@ -15,9 +15,9 @@ and bytes), and for each limit that fitted it gives, SIMULATED:
 - the two bounds, and each replayed step of the report (LMS's defaults, the recorder) over the
   linear program's bound;
 - the clairvoyant schedule (lmsforge/plan/clairvoyant.py) played on the simulator's link, and
-  with both directions always at the duplex rate (a real link's rate while both move, slower
-  than the simulator's); neither may beat the bound (the script fails if one does, as it fails
-  if a replayed step's mean does).
+  with both directions always at the duplex rate, even a copy that moves alone (slower than any
+  link); neither may beat the bound (the script fails if one does, as it fails if a replayed
+  step's mean does).
 """
 
 from __future__ import annotations
