@@ -59,7 +59,7 @@ def compile_unit(cmd: Sequence[str], roots: Mapping[Path, str],
     mapped = with_prefix_maps(cmd, roots)
     mode = OBJECT if OBJECT in mapped else SYNTAX if SYNTAX in mapped else None
     folder = None if cache_dir is None else objects_folder(cache_dir)
-    if mode is None or folder is None or os.environ.get(DISABLE_ENV, "").lower() == "off":
+    if mode is None or folder is None or not enabled():
         return _run(mapped)
     key = _key(mapped, mode, roots)
     if key is None:  # the preprocessor failed: the compile says why
@@ -72,6 +72,11 @@ def compile_unit(cmd: Sequence[str], roots: Mapping[Path, str],
     if proc.returncode == 0 and (output is None or output.is_file()):
         _store(folder, key, output, _normalised(proc.stderr.encode(), roots).decode())
     return proc
+
+
+def enabled() -> bool:
+    """Whether compiles may come from the cache (``LMSFORGE_OBJECT_CACHE=off``: never)."""
+    return os.environ.get(DISABLE_ENV, "").lower() != "off"
 
 
 def objects_folder(cache_dir: Path) -> Path:
