@@ -32,12 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
+from lmsforge.cache import default_cache_dir
 from lmsforge.channel import installer, publisher
 from lmsforge.errors import CheckFailed, UsageError
 from lmsforge.packaging.plan import plan
 from lmsforge.packaging import build_child, runtime_needs
 from lmsforge.packaging.recipes import RenderResult, variant_values
 from lmsforge.packaging.toolchain import HOST_PLATFORM, Toolchain, host_cuda
+from lmsforge.verify import cache_launcher, object_cache
 
 ELF_MACHINE = {"linux-64": (62, "x86-64"), "linux-ppc64le": (21, "PowerPC64"),
                "linux-aarch64": (183, "AArch64")}
@@ -164,13 +166,18 @@ def _build_environment(rendered: RenderResult, combination: Mapping[str, str],
             os.environ["CPU_COUNT"] = str(jobs)
         if tools and tools.cmake_toolchain_file:
             os.environ["LMS_CMAKE_TOOLCHAIN"] = str(tools.cmake_toolchain_file)
+        if rendered.profile == "core" and object_cache.enabled():
+            # The core build compiles the c10 units that verify compiled moments before, with
+            # the same CMake description and flags: through the object cache, those units
+            # (and a CUDA variant's c10, the same as the CPU variant's) are not compiled again.
+            os.environ["LMS_CXX_CACHE_LAUNCHER"] = ";".join(
+                cache_launcher.launcher_prefix(default_cache_dir()))
         cuda_version = combination.get("cuda_version", "None")
         if rendered.profile == "core" and cuda_version != "None":
             cuda = host_cuda(rendered.platform)
             # Refuses (one line, exit 2) a CUDA variant the host toolkit cannot build.
             plan(rendered.profile, rendered.platform, [combination], cuda, [cuda_version])
             assert cuda is not None
-            from lmsforge.cache import default_cache_dir
             from lmsforge.verify.pytorch_c10 import inputs
 
             os.environ["LMS_CUDA_HOME"] = str(cuda.home)

@@ -23,14 +23,20 @@ from lmsforge.verify import object_cache
 
 def launcher_words(cache_root: Path, roots: dict[str, Path]) -> list[str]:
     """The words that go before the compiler in CMAKE_CXX_COMPILER_LAUNCHER."""
-    # Ninja runs it in the build folder: the folder lmsforge is imported from goes first on
-    # PYTHONPATH, so that a source checkout that was never installed works too.
-    package_root = Path(__file__).resolve().parents[2]
-    words = ["env", f"PYTHONPATH={package_root}", sys.executable, "-m", __name__,
-             "--cache", str(cache_root)]
+    words = launcher_prefix(cache_root)
     for name, root in roots.items():
         words += ["--root", f"{name}={root.resolve()}"]
     return [*words, "--"]
+
+
+def launcher_prefix(cache_root: Path) -> list[str]:
+    """The launcher's words up to its roots: a build script that knows its folders only when it
+    runs (a package's build.sh) adds ``--root NAME=PATH`` words and ``--`` itself."""
+    # Ninja runs it in the build folder: the folder lmsforge is imported from goes first on
+    # PYTHONPATH, so that a source checkout that was never installed works too.
+    package_root = Path(__file__).resolve().parents[2]
+    return ["env", f"PYTHONPATH={package_root}", sys.executable, "-m", __name__,
+            "--cache", str(cache_root)]
 
 
 def parse(argv: Sequence[str]) -> tuple[Path, dict[Path, str], list[str]]:

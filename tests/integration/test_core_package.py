@@ -171,6 +171,20 @@ def test_readme_build_command_adds_the_host_cuda_variant(builds, work):
     assert "already in the channel" in result.stdout  # the CPU package of the run before
 
 
+def test_core_builds_compile_through_the_object_cache(builds, work):
+    """build.sh compiles through lmsforge's object cache, so the c10 units verify compiled, and
+    the CPU variant's c10 for a CUDA variant, are not compiled again. Its prefix map names the
+    sources by role: no package carries the work folder rattler-build made (the packages built
+    without the cache carried `…/rattler-out/<key>/bld/rattler-build_…/work/c10/…`)."""
+    assert builds["readme"].returncode == 0 and builds["ppc64le"].returncode == 0
+    packages = _packages(work, "linux-64") + _packages(work, "linux-ppc64le")
+    assert len(packages) >= 2
+    for package in packages:
+        library = build.PackageContents.open(package).payload["lib/libc10.so"]
+        assert b"/lmsforge/tree/c10/core/CPUAllocator.cpp" in library, package.name
+        assert b"rattler-build_" not in library and b"/work/c10/" not in library, package.name
+
+
 def _read_independently(package: Path) -> tuple[dict[str, bytes], set[str]]:
     """A package's info files (name -> bytes) and payload names, read with conda's own
     conda-package-streaming, not with lmsforge's reader."""

@@ -16,6 +16,15 @@ if [ "${LMS_CUDA_VERSION}" != "None" ]; then
   extra+=("-DNVML_INCLUDE_DIR=${LMS_NVML_INCLUDE_DIR:?the CUDA variant needs LMS_NVML_INCLUDE_DIR}")
 fi
 
+if [ -n "${LMS_CXX_CACHE_LAUNCHER:-}" ]; then
+  # lmsforge's object cache (lmsforge/verify/object_cache.py), keyed on the compiler, the command
+  # and the preprocessed source with these two folders named by role: the units verify compiled
+  # in its c10 build, and a CUDA variant's c10 (the CPU variant's), come from it instead of being
+  # compiled again. Every compile gets -ffile-prefix-map, so __FILE__ reads /lmsforge/tree/...
+  # rather than this work folder. lmsforge leaves it unset under LMSFORGE_OBJECT_CACHE=off.
+  extra+=("-DCMAKE_CXX_COMPILER_LAUNCHER=${LMS_CXX_CACHE_LAUNCHER};--root;tree=${SRC_DIR};--root;build=${SRC_DIR}/build;--")
+fi
+
 # LMS_CUDA_SIM=OFF: the simulated CUDA runtime is a verification tool (core-sim), never packaged,
 # and its sources are not in the recipe.
 cmake -G Ninja -S "${SRC_DIR}/lmsforge-c10" -B build \
