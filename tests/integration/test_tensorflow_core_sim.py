@@ -23,6 +23,7 @@ import pytest
 from conftest import CORE_SIM_SEEDS
 from lmsforge.cache import Cache
 from lmsforge.upstream import tree as upstream
+from lmsforge.verify.pytorch_c10 import sim_seeds
 from lmsforge.verify.levels import PASS
 from lmsforge.verify.tensorflow_tf import core_sim, inputs as tf_inputs, layout_audit, toolchain
 
@@ -254,8 +255,11 @@ def test_a_missing_wait_or_pin_fails_the_gpu_test(verified: tuple[Path, Path],
     try:
         core_sim.compile_all(changed, paths, objects, log, jobs=2)
         binary = core_sim.link(sources, objects, objects / "layout_guards.o", library, root, log)
-        runs = [core_sim.run_seed(binary, seed, work / "core-sim" / "sim", root)
-                for seed in MUTATION_SEEDS]
+        # Side by side, as the level runs its seeds: each writes its own log and report.
+        runs = sim_seeds.run_seeds(
+            MUTATION_SEEDS,
+            lambda seed: core_sim.run_seed(binary, seed, work / "core-sim" / "sim", root),
+            at_once=len(MUTATION_SEEDS), say=print, program=core_sim.PROGRAM)
         bench = None
         if mutation in BENCH_MUTATIONS:
             program = core_sim.link_benchmark(

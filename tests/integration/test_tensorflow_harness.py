@@ -199,8 +199,7 @@ def test_each_regression_test_fails_without_its_fix(mutant: Path, shared_cache: 
             for path, content in verified.items():
                 path.write_bytes(content)
     assert survivors == []
-    for program in sources.programs:  # the verified objects again
-        core_cpu.link(program, library, out, log)
+    core_cpu.link_all(sources.programs, library, out, log, jobs=2)  # the verified objects again
     for tests in REGRESSIONS.values():  # and the fixed code passes them all
         for test in tests:
             assert _passes(out, by_name, test, tmp_path / "fixed.log"), test
@@ -215,8 +214,7 @@ def _rebuild(changed: list[str], sources: core_cpu.Sources, paths, library: Path
     for source in changed:
         proc = core_cpu.compile_source(source, paths, out)
         assert proc.returncode == 0, proc.stderr[-2000:]
-    for program in sources.programs:
-        core_cpu.link(program, library, out, log)
+    core_cpu.link_all(sources.programs, library, out, log, jobs=2)
 
 
 def _passes(out: Path, programs: dict, test: str, log: Path) -> bool:

@@ -99,7 +99,16 @@ def build(sources: Sources, paths: Paths, library_dir: Path, out: Path, log: Pat
         if proc.returncode != 0:
             raise CheckFailed(f"{source} does not compile: {_first_error(proc.stderr)}; "
                               f"full log: {log}")
-    return [link(program, library_dir, out, log) for program in sources.programs]
+    return link_all(sources.programs, library_dir, out, log, jobs)
+
+
+def link_all(programs: Sequence[Program], library_dir: Path, out: Path, log: Path,
+             jobs: int) -> list[Path]:
+    """Link PROGRAMS side by side (each link is one process on one core); the binaries in order.
+    The first failure raises, as a link one after another would."""
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(programs)))) as pool:
+        futures = [pool.submit(link, program, library_dir, out, log) for program in programs]
+    return [future.result() for future in futures]
 
 
 def compile_source(source: str, paths: Paths, out: Path) -> subprocess.CompletedProcess[str]:
