@@ -10,7 +10,7 @@ import pytest
 from lmsforge.errors import UsageError
 from lmsforge.frameworks import tensorflow
 from lmsforge.verify.levels import FAIL, LEVELS, SKIPPED, LevelContext
-from lmsforge.verify.tensorflow_tf import compile_units, core_cpu, inputs, toolchain
+from lmsforge.verify.tensorflow_tf import compile_units, core_cpu, core_sim, inputs, toolchain
 
 
 def _ctx(tmp_path: Path, tree: Path | None = None) -> LevelContext:
@@ -53,7 +53,7 @@ def test_plan_keeps_cc_files_and_marks_gpu_python_and_shim() -> None:
                              "tensorflow/python/tfe_wrapper.cc",
                              "tensorflow/tsl/framework/bfc_allocator.cc"]
     device = units["tensorflow/core/common_runtime/gpu/gpu_device.cc"]
-    assert device.gpu and not device.syntax_only and "shim" in device.note
+    assert not device.syntax_only and "shim" in device.note
     wrapper = units["tensorflow/python/tfe_wrapper.cc"]
     assert wrapper.syntax_only and wrapper.python and "syntax only" in wrapper.note
     assert units["tensorflow/tsl/framework/bfc_allocator.cc"].note == ""
@@ -62,7 +62,7 @@ def test_plan_keeps_cc_files_and_marks_gpu_python_and_shim() -> None:
 def test_command_puts_generated_then_tree_then_wheel_headers(tmp_path: Path) -> None:
     paths = _paths(tmp_path)
     unit = compile_units.Unit("tensorflow/core/common_runtime/gpu/gpu_bfc_allocator.cc",
-                              False, True, False, "")
+                              False, False, "")
     cmd = compile_units.command(unit, paths, tmp_path / "obj")
     includes = [arg for arg in cmd if arg.startswith("-I")]
     assert includes[:3] == [f"-I{paths.generated}", f"-I{paths.tree}", f"-I{paths.wheel_include}"]
@@ -72,8 +72,21 @@ def test_command_puts_generated_then_tree_then_wheel_headers(tmp_path: Path) -> 
     assert f"-I{paths.shim}" in includes
 
 
+def test_compile_level_compiles_a_unit_as_core_sim_does(tmp_path: Path) -> None:
+    """The wheel's CUDA build for every unit, GPU source or not, word for word core-sim's
+    command: through the object cache core-sim reuses the compile level's objects."""
+    paths = _paths(tmp_path)
+    for source in ("tensorflow/tsl/framework/bfc_allocator.cc",
+                   "tensorflow/tsl/framework/lms/lms_manager.cc",
+                   "tensorflow/core/common_runtime/gpu/gpu_bfc_allocator.cc"):
+        [unit] = compile_units.plan([source])
+        cmd = compile_units.command(unit, paths, tmp_path / "obj")
+        assert "-DGOOGLE_CUDA=1" in cmd, source
+        assert cmd == core_sim.command(source, paths, tmp_path / "obj"), source
+
+
 def test_syntax_only_units_produce_no_object(tmp_path: Path) -> None:
-    unit = compile_units.Unit("tensorflow/python/tfe_wrapper.cc", True, False, True, "")
+    unit = compile_units.Unit("tensorflow/python/tfe_wrapper.cc", True, True, "")
     cmd = compile_units.command(unit, _paths(tmp_path), tmp_path / "obj")
     assert "-fsyntax-only" in cmd and "-c" not in cmd and "-o" not in cmd
 

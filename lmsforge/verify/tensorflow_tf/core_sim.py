@@ -110,7 +110,8 @@ def command(source: str, paths: Paths, objects: Path) -> list[str]:
 def compile_unit(source: str, paths: Paths, objects: Path) -> subprocess.CompletedProcess[str]:
     objects.mkdir(parents=True, exist_ok=True)
     # Only tensor.cc's wrapper lives in OBJECTS; every other unit's command is the `compile`
-    # level's, so the cache gives this level the objects that level built.
+    # level's (compile_units.command), so the cache gives this level the objects that level
+    # built for the units the series touches.
     wrappers = objects if source == core_cpu.TENSOR_SOURCE else None
     return compile_cached(command(source, paths, objects), paths, wrappers=wrappers)
 
