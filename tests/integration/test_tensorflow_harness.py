@@ -142,7 +142,7 @@ def test_abi_guard_fails_when_kernel_registration_loses_its_tag(mutant: Path, sh
                                                                tmp_path: Path) -> None:
     _apply(mutant, COMPILE_MUTATIONS / "drop-abi-tag.patch")
     paths = tensorflow._paths(_ctx(mutant, tmp_path), "compile")
-    unit = compile_units.Unit(abi_guard.OP_KERNEL, False, False, "")
+    unit = compile_units.Unit(abi_guard.OP_KERNEL, False, "")
     [compiled] = compile_units.compile_units([unit], paths, tmp_path / "obj", tmp_path / "log", 1)
     assert compiled.ok, compiled.first_error
     verdict = abi_guard.check(paths, compile_units.object_path(tmp_path / "obj", unit.source),

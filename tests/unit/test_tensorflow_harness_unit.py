@@ -62,7 +62,7 @@ def test_plan_keeps_cc_files_and_marks_gpu_python_and_shim() -> None:
 def test_command_puts_generated_then_tree_then_wheel_headers(tmp_path: Path) -> None:
     paths = _paths(tmp_path)
     unit = compile_units.Unit("tensorflow/core/common_runtime/gpu/gpu_bfc_allocator.cc",
-                              False, False, "")
+                              False, "")
     cmd = compile_units.command(unit, paths, tmp_path / "obj")
     includes = [arg for arg in cmd if arg.startswith("-I")]
     assert includes[:3] == [f"-I{paths.generated}", f"-I{paths.tree}", f"-I{paths.wheel_include}"]
@@ -86,7 +86,7 @@ def test_compile_level_compiles_a_unit_as_core_sim_does(tmp_path: Path) -> None:
 
 
 def test_syntax_only_units_produce_no_object(tmp_path: Path) -> None:
-    unit = compile_units.Unit("tensorflow/python/tfe_wrapper.cc", True, True, "")
+    unit = compile_units.Unit("tensorflow/python/tfe_wrapper.cc", True, "")
     cmd = compile_units.command(unit, _paths(tmp_path), tmp_path / "obj")
     assert "-fsyntax-only" in cmd and "-c" not in cmd and "-o" not in cmd
 

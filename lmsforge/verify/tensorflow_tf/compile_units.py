@@ -16,14 +16,14 @@ check keeps the CPU configuration: nothing reuses it, and the CUDA headers made 
 
 from __future__ import annotations
 
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
-from lmsforge.verify.tensorflow_tf.toolchain import (CXX, GPU_DEFINES, WHEEL_FLAGS, Paths,
-                                                     compile_cached, include_flags)
+from lmsforge.verify.tensorflow_tf.toolchain import (CXX, WHEEL_FLAGS, Paths,
+                                                     as_the_wheel_was_built, compile_cached,
+                                                     include_flags)
 
 PYTHON_PREFIXES = ("tensorflow/python/",)
 CUDNN_SHIMMED = ("tensorflow/core/common_runtime/gpu/gpu_device.cc",)
@@ -32,9 +32,13 @@ LLVM_SHIMMED_PREFIXES = ("tensorflow/core/kernels/mlir_generated/",)
 
 class Unit(NamedTuple):
     source: str  # path in the tree, or absolute for generated code
-    syntax_only: bool
-    python: bool
+    python: bool  # a pybind11 module: checked for syntax only
     note: str  # what was special about this unit, for the report; "" if nothing
+
+    @property
+    def syntax_only(self) -> bool:
+        # Linking a pybind11 module needs the Python build, which the wheel lacks.
+        return self.python
 
 
 class Compiled(NamedTuple):
@@ -59,7 +63,7 @@ def plan(touched: Sequence[str]) -> list[Unit]:
                          "(not in the wheel)")
         if python:
             notes.append("syntax only: pybind11 module, linking needs the Python build")
-        units.append(Unit(path, python, python, "; ".join(notes)))
+        units.append(Unit(path, python, "; ".join(notes)))
     return units
 
 
@@ -83,13 +87,11 @@ def compile_units(units: Sequence[Unit], paths: Paths, objects: Path, log: Path,
 
 def command(unit: Unit, paths: Paths, objects: Path) -> list[str]:
     source = Path(unit.source) if Path(unit.source).is_absolute() else paths.tree / unit.source
-    cmd = [CXX, *WHEEL_FLAGS, "-O0", "-w"]
-    if not unit.python:  # core_sim.command, word for word
-        cmd += GPU_DEFINES
-    cmd += include_flags(paths, gpu=not unit.python, python=unit.python)
-    if unit.syntax_only:
-        return [*cmd, "-fsyntax-only", str(source)]
-    return [*cmd, "-c", str(source), "-o", str(object_path(objects, unit.source))]
+    if unit.python:  # the CPU configuration: nothing reuses it (module docstring)
+        return [CXX, *WHEEL_FLAGS, "-O0", "-w", *include_flags(paths, python=True),
+                "-fsyntax-only", str(source)]
+    return [*as_the_wheel_was_built(paths), "-c", str(source), "-o",
+            str(object_path(objects, unit.source))]
 
 
 def object_path(objects: Path, source: str) -> Path:

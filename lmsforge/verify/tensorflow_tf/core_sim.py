@@ -39,8 +39,9 @@ from lmsforge.verify.pytorch_c10 import sim_level, sim_seeds
 from lmsforge.verify.pytorch_c10.sim_level import BenchRun
 from lmsforge.verify.pytorch_c10.sim_seeds import SeedRun
 from lmsforge.verify.tensorflow_tf import core_cpu, layout_audit
-from lmsforge.verify.tensorflow_tf.toolchain import (CXX, GPU_DEFINES, WHEEL_FLAGS, Paths,
-                                                     compile_cached, include_flags)
+from lmsforge.verify.tensorflow_tf.compile_units import object_path
+from lmsforge.verify.tensorflow_tf.toolchain import (CXX, Paths, as_the_wheel_was_built,
+                                                     compile_cached)
 
 LEVEL = "core-sim"
 # lmsforge/sim, the simulator's CMake project (a folder of C++, not imported).
@@ -103,21 +104,17 @@ def command(source: str, paths: Paths, objects: Path) -> list[str]:
     if source == core_cpu.TENSOR_SOURCE:
         path = objects / "tensor_without_registration.cc"
         path.write_text(core_cpu.TENSOR_WITHOUT_REGISTRATION)
-    return [CXX, *WHEEL_FLAGS, "-O0", "-w", *GPU_DEFINES, *include_flags(paths, gpu=True),
-            "-c", str(path), "-o", str(object_path(objects, source))]
+    return [*as_the_wheel_was_built(paths), "-c", str(path), "-o",
+            str(object_path(objects, source))]
 
 
 def compile_unit(source: str, paths: Paths, objects: Path) -> subprocess.CompletedProcess[str]:
     objects.mkdir(parents=True, exist_ok=True)
     # Only tensor.cc's wrapper lives in OBJECTS; every other unit's command is the `compile`
-    # level's (compile_units.command), so the cache gives this level the objects that level
-    # built for the units the series touches.
+    # level's (both as_the_wheel_was_built), so the cache gives this level the objects that
+    # level built for the units the series touches.
     wrappers = objects if source == core_cpu.TENSOR_SOURCE else None
     return compile_cached(command(source, paths, objects), paths, wrappers=wrappers)
-
-
-def object_path(objects: Path, source: str) -> Path:
-    return objects / (source.strip("/").replace("/", "__") + ".o")
 
 
 def compile_all(units: Sequence[str], paths: Paths, objects: Path, log: Path, jobs: int) -> None:

@@ -93,6 +93,13 @@ def compile_cached(cmd: list[str], paths: Paths,
     return object_cache.compile_unit(cmd, roots, default_cache_dir())
 
 
+def as_the_wheel_was_built(paths: Paths) -> list[str]:
+    """The compiler and flags of a unit compiled as the wheel was built, a CUDA build
+    (``GOOGLE_CUDA=1``), at -O0: the `compile` and `core-sim` levels' command up to its input,
+    one list so that the object cache gives core-sim the compile level's objects."""
+    return [CXX, *WHEEL_FLAGS, "-O0", "-w", *GPU_DEFINES, *include_flags(paths, gpu=True)]
+
+
 def include_flags(paths: Paths, *, gpu: bool = False, python: bool = False) -> list[str]:
     inc = paths.wheel_include
     dirs = [paths.generated, paths.tree, inc, inc / "external" / "farmhash_archive" / "src"]
