@@ -1,6 +1,7 @@
 #include "memory.h"
 
 #include "errors.h"
+#include "ranges.h"
 #include "settings.h"
 
 #include <sys/mman.h>
@@ -63,10 +64,18 @@ DeviceArena::DeviceArena(int device, size_t capacity)
     : device_(device),
       capacity_(round_up(capacity, kGranule)),
       // Four times the capacity of addresses: next-fit takes long to wrap.
-      reserve_(4 * round_up(capacity, kGranule)) {
+      reserve_(4 * round_up(capacity, kGranule)),
+      // PyTorch reserves 1.125 times the device's memory for each expandable
+      // segment, one per stream and pool, and keeps them: room for about 50
+      // streams (a GPU's virtual address space is larger still).
+      vmm_reserve_(std::max(size_t(1) << 40, 128 * round_up(capacity, kGranule))) {
   device_base_ = static_cast<uint8_t*>(map_or_die(reserve_, PROT_NONE, "device addresses"));
   shadow_base_ = static_cast<uint8_t*>(
       map_or_die(reserve_, PROT_READ | PROT_WRITE, "device memory"));
+  vmm_base_ = static_cast<uint8_t*>(
+      map_or_die(vmm_reserve_, PROT_NONE, "virtual device addresses"));
+  vmm_shadow_ = static_cast<uint8_t*>(
+      map_or_die(vmm_reserve_, PROT_READ | PROT_WRITE, "mapped device memory"));
 }
 
 bool DeviceArena::place_locked(size_t bytes, size_t* offset) {
@@ -143,6 +152,10 @@ bool DeviceArena::free(void* ptr) {
 }
 
 uint8_t* DeviceArena::view(const void* ptr, size_t bytes) const {
+  size_t mapped = 0;
+  if (vmm_offset(ptr, &mapped)) {
+    return view_mapped(mapped, bytes);
+  }
   void* base = nullptr;
   size_t size = 0;
   if (!find(ptr, &base, &size)) {
@@ -158,21 +171,31 @@ uint8_t* DeviceArena::view(const void* ptr, size_t bytes) const {
 
 bool DeviceArena::owns_address(const void* ptr) const {
   auto* p = static_cast<const uint8_t*>(ptr);
-  return p >= device_base_ && p < device_base_ + reserve_;
+  size_t mapped = 0;
+  return (p >= device_base_ && p < device_base_ + reserve_) || vmm_offset(ptr, &mapped);
 }
 
 bool DeviceArena::find(const void* ptr, void** base, size_t* size) const {
-  if (!owns_address(ptr)) {
-    return false;
-  }
-  size_t offset = static_cast<size_t>(static_cast<const uint8_t*>(ptr) - device_base_);
+  auto* p = static_cast<const uint8_t*>(ptr);
+  size_t mapped = 0;
   std::lock_guard<std::mutex> guard(mutex_);
-  auto next = live_.upper_bound(offset);
-  if (next == live_.begin()) {
+  if (vmm_offset(ptr, &mapped)) {
+    // The mapping that holds it (cuMemGetAddressRange's answer).
+    auto holder = holding(mappings_, mapped,
+                          [](const Mapping& mapping) { return mapping.bytes; });
+    if (holder == mappings_.end()) {
+      return false;
+    }
+    *base = vmm_base_ + holder->first;
+    *size = holder->second.bytes;
+    return true;
+  }
+  if (p < device_base_ || p >= device_base_ + reserve_) {
     return false;
   }
-  auto holder = std::prev(next);
-  if (offset >= holder->first + holder->second.requested) {
+  auto holder = holding(live_, static_cast<size_t>(p - device_base_),
+                        [](const Allocation& allocation) { return allocation.requested; });
+  if (holder == live_.end()) {
     return false;
   }
   *base = device_base_ + holder->first;

@@ -9,6 +9,17 @@
 // 2 MiB granules handed out next-fit, so a freed range is not handed out
 // again soon and a stale pointer faults instead of reading someone else's
 // data. New allocations are filled with poison; freed ones are released.
+//
+// The driver's virtual memory API (cuMemAddressReserve, cuMemCreate, cuMemMap,
+// cuMemSetAccess, cuMemUnmap, cuMemRelease, cuMemAddressFree: what PyTorch's
+// expandable segments use) lives in a second range of addresses of the same
+// kind. Reserving addresses costs no capacity; physical memory does, from its
+// creation until it is both released and unmapped. Bytes are reachable only
+// where physical memory is mapped and access was set; a range may span
+// adjacent mappings, as a block of an expandable segment does. A mapping
+// starts poisoned and its bytes go with its unmapping: the simulator keeps no
+// contents for unmapped physical memory, so mapping one handle a second time
+// is refused as unmodelled (PyTorch maps each handle once).
 
 #include "status.h"
 
@@ -42,8 +53,28 @@ class DeviceArena {
   size_t capacity() const { return capacity_; }
   size_t used() const;
 
+  // The virtual memory API. kErrorInvalidValue for a range or handle that is
+  // not what the call needs; kErrorMemoryAllocation beyond the capacity (or,
+  // for addresses, beyond the range kept for them).
+  Status reserve_addresses(size_t bytes, void** out);
+  Status free_addresses(void* ptr, size_t bytes);
+  Status create_physical(size_t bytes, uint64_t* handle);
+  Status release_physical(uint64_t handle);
+  Status map(void* ptr, size_t bytes, uint64_t handle);
+  Status set_access(void* ptr, size_t bytes);
+  Status unmap(void* ptr, size_t bytes);
+  // Whether `handle` was mapped once and unmapped since (a second mapping is
+  // not modelled).
+  bool was_mapped(uint64_t handle) const;
+
  private:
   bool place_locked(size_t bytes, size_t* offset);
+  // Whether `ptr` lies in the virtual memory range, and its offset there.
+  bool vmm_offset(const void* ptr, size_t* offset) const;
+  uint8_t* view_mapped(size_t offset, size_t bytes) const;
+  // Whether [ptr, ptr + bytes) is a non-empty range of the virtual memory
+  // range tiled exactly by whole mappings; its offset there.
+  bool tiled_locked(const void* ptr, size_t bytes, size_t* offset) const;
 
   const int device_;
   const size_t capacity_;
@@ -59,6 +90,27 @@ class DeviceArena {
   size_t cursor_ = 0;              // next-fit position
   size_t used_ = 0;
   uint64_t allocations_ = 0;
+
+  // Virtual memory: offsets count from vmm_base_ (and vmm_shadow_).
+  const size_t vmm_reserve_;
+  uint8_t* vmm_base_ = nullptr;
+  uint8_t* vmm_shadow_ = nullptr;
+  std::map<size_t, size_t> reservations_;  // offset -> bytes
+  size_t vmm_cursor_ = 0;
+  struct Mapping {
+    size_t bytes;
+    uint64_t handle;
+    bool accessible;
+  };
+  std::map<size_t, Mapping> mappings_;  // by offset
+  struct Physical {
+    size_t bytes;
+    bool mapped;
+    bool released;
+    bool was_mapped;
+  };
+  std::map<uint64_t, Physical> physical_;
+  uint64_t next_handle_ = 1;
 };
 
 // cudaHostAlloc memory: real host memory the program may touch, counted

@@ -52,8 +52,21 @@ void set_current_call(const char* call) {
   thread_call = call;
 }
 
+namespace {
+// Set by the first runtime call of the process: on a GPU that call has
+// initialised the driver too (runtime_called).
+std::atomic<bool> any_runtime_call{false};
+} // namespace
+
 void count_api_call() {
   ++thread_calls;
+  if (!any_runtime_call.load(std::memory_order_relaxed)) {
+    any_runtime_call.store(true, std::memory_order_relaxed);
+  }
+}
+
+bool runtime_called() {
+  return any_runtime_call.load(std::memory_order_relaxed);
 }
 
 Device::Device(int index_, size_t capacity)

@@ -53,6 +53,9 @@ const char* current_call();
 void set_current_call(const char* call);
 // Counts an API call of this thread (Runtime::observe tells pollers by it).
 void count_api_call();
+// Whether any runtime API call was made in this process (the driver front
+// end's own calls go through the runtime too, after cuInit).
+bool runtime_called();
 
 class Runtime {
  public:

@@ -12,7 +12,9 @@
 
 #include "api.h"
 #include "errors.h"
+#include "calibration.h"
 #include "state.h"
+#include "timing.h"
 
 #include <cuda_runtime_api.h>
 
@@ -283,6 +285,116 @@ Status pointer_kind(const void* pointer, PointerKind* kind, int* device) {
       : attributes.type == cudaMemoryTypeHost     ? PointerKind::kHost
                                                   : PointerKind::kUnregistered;
   return cudaSuccess;
+}
+
+bool runtime_called() {
+  return lms_sim::runtime_called();
+}
+
+namespace {
+
+constexpr int kHandleDeviceShift = 56;
+
+// The device whose range holds `pointer`, or -1.
+int owner_of(lms_sim::Runtime& runtime, const void* pointer) {
+  for (int index = 0; index < runtime.device_count(); ++index) {
+    if (runtime.device(index).arena.owns_address(pointer)) {
+      return index;
+    }
+  }
+  return -1;
+}
+
+int handle_device(uint64_t handle) {
+  return static_cast<int>(handle >> kHandleDeviceShift);
+}
+
+uint64_t local_handle(uint64_t handle) {
+  return handle & ((uint64_t(1) << kHandleDeviceShift) - 1);
+}
+
+}  // namespace
+
+Status vmm_reserve(void** pointer, size_t bytes) {
+  return lms_sim::api_call("cuMemAddressReserve", [&](lms_sim::Runtime& runtime) {
+    return runtime.device(runtime.current_device()).arena.reserve_addresses(bytes, pointer);
+  });
+}
+
+Status vmm_free(void* pointer, size_t bytes) {
+  return lms_sim::api_call("cuMemAddressFree", [&](lms_sim::Runtime& runtime) {
+    int device = owner_of(runtime, pointer);
+    return device < 0 ? lms_sim::kErrorInvalidValue
+                      : runtime.device(device).arena.free_addresses(pointer, bytes);
+  });
+}
+
+Status vmm_create(uint64_t* handle, size_t bytes, int device) {
+  return lms_sim::api_call("cuMemCreate", [&](lms_sim::Runtime& runtime) {
+    if (!runtime.valid_device(device)) {
+      return lms_sim::kErrorInvalidDevice;
+    }
+    uint64_t local = 0;
+    lms_sim::Status status = runtime.device(device).arena.create_physical(bytes, &local);
+    if (status == lms_sim::kSuccess) {
+      *handle = (static_cast<uint64_t>(device) << kHandleDeviceShift) | local;
+      // As long as cudaMalloc of the same size: the driver's allocation is the cost.
+      lms_sim::Timing::get().charge_us(lms_sim::calibration().device_alloc_free_us.us_at(bytes) /
+                                       2);
+    }
+    return status;
+  });
+}
+
+Status vmm_release(uint64_t handle) {
+  return lms_sim::api_call("cuMemRelease", [&](lms_sim::Runtime& runtime) {
+    int device = handle_device(handle);
+    return runtime.valid_device(device)
+        ? runtime.device(device).arena.release_physical(local_handle(handle))
+        : lms_sim::kErrorInvalidValue;
+  });
+}
+
+Status vmm_map(void* pointer, size_t bytes, uint64_t handle) {
+  return lms_sim::api_call("cuMemMap", [&](lms_sim::Runtime& runtime) {
+    int device = owner_of(runtime, pointer);
+    if (device < 0 || !runtime.valid_device(handle_device(handle))) {
+      return lms_sim::kErrorInvalidValue;
+    }
+    if (device != handle_device(handle)) {
+      not_simulated("cuMemMap", "memory of one device mapped into another's addresses");
+    }
+    lms_sim::DeviceArena& arena = runtime.device(device).arena;
+    if (arena.was_mapped(local_handle(handle))) {
+      not_simulated("cuMemMap", "a handle mapped a second time (its contents are not kept)");
+    }
+    return arena.map(pointer, bytes, local_handle(handle));
+  });
+}
+
+Status vmm_set_access(void* pointer, size_t bytes, int device) {
+  return lms_sim::api_call("cuMemSetAccess", [&](lms_sim::Runtime& runtime) {
+    int owner = owner_of(runtime, pointer);
+    if (owner < 0) {
+      return lms_sim::kErrorInvalidValue;
+    }
+    if (device != owner) {
+      not_simulated("cuMemSetAccess", "access for a peer device");
+    }
+    return runtime.device(owner).arena.set_access(pointer, bytes);
+  });
+}
+
+Status vmm_unmap(void* pointer, size_t bytes) {
+  return lms_sim::api_call("cuMemUnmap", [&](lms_sim::Runtime& runtime) {
+    int device = owner_of(runtime, pointer);
+    return device < 0 ? lms_sim::kErrorInvalidValue
+                      : runtime.device(device).arena.unmap(pointer, bytes);
+  });
+}
+
+size_t vmm_granularity() {
+  return lms_sim::kGranule;
 }
 
 }  // namespace lms_sim_bridge

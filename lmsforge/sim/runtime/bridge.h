@@ -27,6 +27,9 @@ constexpr Status kSuccess = 0;
 bool in_host_function();
 
 int device_count();
+// Whether a runtime API call was made: on a GPU the runtime initialises the driver, and
+// PyTorch calls the driver's virtual memory API without cuInit of its own.
+bool runtime_called();
 // Makes `device` the calling thread's current device, its primary context created.
 Status use_device(int device);
 bool primary_context_active(int device);
@@ -71,6 +74,20 @@ Status copy_peer(void* dst, int dst_device, const void* src, int src_device, siz
                  void* stream, bool async);
 // Fills `count` elements of `width` bytes (1 or 4) with `value`.
 Status fill(void* dst, uint32_t value, size_t width, size_t count, void* stream, bool async);
+
+// The driver's virtual memory API over the device arenas (engine/memory.h): addresses
+// from the calling thread's current device's range, physical memory of `device`
+// (its number in a handle's top byte). A range and a handle of two devices, or a
+// handle mapped a second time, are not modelled and end the process.
+Status vmm_reserve(void** pointer, size_t bytes);
+Status vmm_free(void* pointer, size_t bytes);
+Status vmm_create(uint64_t* handle, size_t bytes, int device);
+Status vmm_release(uint64_t handle);
+Status vmm_map(void* pointer, size_t bytes, uint64_t handle);
+// Read and write access for `device`, which must own the range (peers: not modelled).
+Status vmm_set_access(void* pointer, size_t bytes, int device);
+Status vmm_unmap(void* pointer, size_t bytes);
+size_t vmm_granularity();
 
 enum class PointerKind { kDevice, kHost, kUnregistered };
 Status pointer_kind(const void* pointer, PointerKind* kind, int* device);

@@ -478,6 +478,103 @@ TEST_F(Driver, ErrorNamesAndStrings) {
   EXPECT_EQ(nullptr, text);
 }
 
+// The virtual memory API as PyTorch's expandable segments use it: addresses
+// reserved for free, physical memory charged from creation until it is both
+// released and unmapped, bytes reachable only where mapped and accessible (a
+// range may span adjacent mappings), new mappings poisoned, unmapped ranges
+// gone.
+CUmemAllocationProp device_prop(int device) {
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+void set_access(CUdeviceptr pointer, size_t bytes, int device) {
+  CUmemAccessDesc desc = {};
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = device;
+  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CU_OK(cuMemSetAccess(pointer, bytes, &desc, 1));
+}
+
+TEST_F(Driver, VirtualMemoryMapsPhysicalMemoryIntoReservedAddresses) {
+  constexpr size_t kPage = 2u << 20;
+  CUmemAllocationProp prop = device_prop(0);
+  size_t granularity = 0;
+  CU_OK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  EXPECT_EQ(kPage, granularity);
+
+  size_t free_before = 0;
+  size_t total = 0;
+  CU_OK(cuMemGetInfo(&free_before, &total));
+  CUdeviceptr base = 0;
+  CU_OK(cuMemAddressReserve(&base, 2 * total, 0, 0, 0));  // addresses cost no memory
+  size_t free_now = 0;
+  CU_OK(cuMemGetInfo(&free_now, &total));
+  EXPECT_EQ(free_before, free_now);
+
+  CUmemGenericAllocationHandle first = 0;
+  CUmemGenericAllocationHandle second = 0;
+  CU_OK(cuMemCreate(&first, kPage, &prop, 0));
+  CU_OK(cuMemCreate(&second, kPage, &prop, 0));
+  CU_OK(cuMemGetInfo(&free_now, &total));
+  EXPECT_EQ(free_before - 2 * kPage, free_now);
+  CUmemGenericAllocationHandle too_much = 0;
+  EXPECT_EQ(CUDA_ERROR_OUT_OF_MEMORY, cuMemCreate(&too_much, total, &prop, 0));
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemCreate(&too_much, kPage + 1, &prop, 0));
+
+  // Mapped without access, the bytes are not reachable.
+  CU_OK(cuMemMap(base, kPage, 0, first, 0));
+  std::vector<uint32_t> got(2 * kPage / 4, 0);
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(got.data(), base, 64));
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemMap(base, kPage, 0, second, 0));  // taken
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemMap(base + kPage, kPage, 0, first, 0));  // mapped
+  CU_OK(cuMemMap(base + kPage, kPage, 0, second, 0));
+  set_access(base, 2 * kPage, 0);
+
+  // New physical memory is poisoned; one copy spans both mappings.
+  CU_OK(cuMemcpyDtoH(got.data(), base, 2 * kPage));
+  size_t zeros = 0;
+  for (uint32_t w : got) {
+    zeros += w == 0;
+  }
+  EXPECT_EQ(0u, zeros);
+  std::vector<uint32_t> words(got.size());
+  for (size_t i = 0; i < words.size(); ++i) {
+    words[i] = word(7, i);
+  }
+  CU_OK(cuMemcpyHtoD(base, words.data(), 2 * kPage));
+  std::fill(got.begin(), got.end(), 0);
+  CU_OK(cuMemcpyDtoH(got.data(), base, 2 * kPage));
+  EXPECT_EQ(words, got);
+  // Past the last mapping: a fault, not bytes.
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(got.data(), base + kPage, kPage + 4));
+
+  // Released while mapped: still charged until it is unmapped.
+  CU_OK(cuMemRelease(second));
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemRelease(second));
+  CU_OK(cuMemGetInfo(&free_now, &total));
+  EXPECT_EQ(free_before - 2 * kPage, free_now);
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemUnmap(base, kPage + 4096));  // not whole mappings
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemAddressFree(base, 2 * total));  // still mapped
+  CU_OK(cuMemUnmap(base + kPage, kPage));
+  CU_OK(cuMemGetInfo(&free_now, &total));
+  EXPECT_EQ(free_before - kPage, free_now);
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(got.data(), base + kPage, 64));
+  CU_OK(cuMemcpyDtoH(got.data(), base, 64));  // the other mapping keeps its bytes
+  EXPECT_EQ(words[0], got[0]);
+
+  CU_OK(cuMemUnmap(base, kPage));
+  CU_OK(cuMemRelease(first));
+  CU_OK(cuMemGetInfo(&free_now, &total));
+  EXPECT_EQ(free_before, free_now);
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemAddressFree(base, total));  // not the reservation
+  CU_OK(cuMemAddressFree(base, 2 * total));
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemAddressFree(base, 2 * total));
+}
+
 // Not named *DeathTest: gtest would run it first, before DriverBeforeInit.
 using DriverUnmodelled = Driver;
 
@@ -494,6 +591,26 @@ TEST_F(DriverUnmodelled, UnmodelledCallsAbortNamingThemselves) {
   EXPECT_DEATH(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, pointer),
                "cuPointerGetAttribute is not simulated: attribute 8");
   CU_OK(cuMemFree(pointer));
+  // Virtual memory beyond what PyTorch asks of it.
+  CUmemAllocationProp prop = device_prop(0);
+  CUdeviceptr base = 0;
+  CU_OK(cuMemAddressReserve(&base, 4u << 20, 0, 0, 0));
+  CUmemGenericAllocationHandle handle = 0;
+  CU_OK(cuMemCreate(&handle, 2u << 20, &prop, 0));
+  EXPECT_DEATH(cuMemMap(base, 2u << 20, 4096, handle, 0),
+               "cuMemMap is not simulated: a mapping of part of a handle");
+  CU_OK(cuMemMap(base, 2u << 20, 0, handle, 0));
+  CUmemAccessDesc peer = {};
+  peer.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  peer.location.id = 1;
+  peer.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  EXPECT_DEATH(cuMemSetAccess(base, 2u << 20, &peer, 1),
+               "cuMemSetAccess is not simulated: access for a peer device");
+  CU_OK(cuMemUnmap(base, 2u << 20));
+  EXPECT_DEATH(cuMemMap(base + (2u << 20), 2u << 20, 0, handle, 0),
+               "cuMemMap is not simulated: a handle mapped a second time");
+  CU_OK(cuMemRelease(handle));
+  CU_OK(cuMemAddressFree(base, 4u << 20));
 }
 
 // The runtime's rule through the driver (one engine): a handle destroyed
