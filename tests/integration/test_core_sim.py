@@ -31,6 +31,7 @@ from script_module import load_script
 from lmsforge.series import manifest as series_mod
 from lmsforge.frameworks import pytorch
 from lmsforge.verify.levels import FAIL, PASS, LevelContext, LevelResult
+from lmsforge.verify.pytorch_c10 import expandable
 
 pytestmark = pytest.mark.slow
 
@@ -257,6 +258,7 @@ def test_the_series_passes_every_level_to_core_sim_under_several_seeds(
     # A page-out moves the bytes a raw copy moves: faster means it copied nothing (the benchmark's
     # storages must be written between repeats, or clean reclaim skips their copies).
     assert all(ratio <= 1.05 for ratio in ratios.values()), ratios
+    _assert_the_expandable_segments_pass(tag, sim, seeds[0]["passed"])
     if tag == "v1.13.1":  # the planner's replay follows the v2.6.0 series' c10 API
         assert "v2.6.0" in sim["facts"]["model_benchmarks"]["skipped"]
         return
@@ -349,6 +351,24 @@ def test_the_series_passes_every_level_to_core_sim_under_several_seeds(
     assert re.search(r"models' least-time efficiency \(simulated\) resnet50 1/2 [01]\.\d\d "
                      r"\([01]\.\d\d, recorded [01]\.\d\d, played plan [01]\.\d\d, "
                      r"clairvoyant [01]\.\d\d\) 1/4 ", sim["detail"]), sim["detail"]
+
+
+def _assert_the_expandable_segments_pass(tag: str, sim: dict, passed: int) -> None:
+    """The tests and the fuzzer ran again with expandable segments, all but those named with
+    why, and the allocator really made its memory of the simulated driver's mapped pages."""
+    facts = sim["facts"]["expandable_segments"]
+    if tag == "v1.13.1":
+        assert facts == {"skipped": "this PyTorch has no expandable segments (they came in 2.1)"}
+        return
+    assert facts["not_run"] == dict(expandable.NOT_RUN)
+    assert [run["seed"] for run in facts["seeds"]] == list(expandable.SEEDS)
+    for run in facts["seeds"]:
+        assert run["ok"] and run["failed"] == 0 and run["skipped"] == 0, run
+        assert run["passed"] == passed - len(expandable.NOT_RUN), run
+        log = Path(run["log"]).read_text()
+        made = re.search(r"LMS fuzzer: (\d+) of (\d+) allocator segments expandable", log)
+        assert made and made.group(1) == made.group(2) != "0", log[-2000:]
+    assert f"again with {expandable.ALLOC_CONF}" in sim["detail"]
 
 
 @pytest.mark.parametrize("mutation", sorted(p.name for p in MUTATIONS.glob("*.patch")))

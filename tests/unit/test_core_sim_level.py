@@ -15,7 +15,7 @@ from fixtures import lmsforge
 from lmsforge.errors import UsageError
 from lmsforge.frameworks import pytorch, tensorflow
 from lmsforge.verify.levels import FAIL, LEVELS, PASS, SKIPPED, LevelContext
-from lmsforge.verify.pytorch_c10 import build, process, sim_level, sim_seeds
+from lmsforge.verify.pytorch_c10 import build, expandable, process, sim_level, sim_seeds
 from lmsforge.verify.pytorch_c10.gtest import GtestReport
 from lmsforge.verify.tensorflow_tf import core_sim
 
@@ -358,3 +358,61 @@ def test_an_interrupt_stops_the_seeds_still_running(tmp_path: Path) -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid_file.read_text()), 0)
     assert live[0] == 0
+
+
+def test_the_expandable_segments_pass_is_part_of_the_verdict() -> None:
+    again = [_seed(1, passed=10), _seed(2, passed=10)]
+    result = sim_level.judge([_seed(1), _seed(2)], [], BUILT, "log", expandable_runs=again,
+                             no_expandable="")
+    assert result.status == PASS
+    assert result.detail.startswith(
+        "12 CUDA tests passed under each of 2 seeds, 10 of them again with "
+        f"expandable_segments:True under each of 2 ({len(expandable.NOT_RUN)} not run there")
+    facts = result.facts["expandable_segments"]
+    assert facts["alloc_conf"] == "expandable_segments:True"
+    assert [run["seed"] for run in facts["seeds"]] == [1, 2]
+    assert facts["not_run"] == dict(expandable.NOT_RUN)  # each with why
+
+    broken = [_seed(1, passed=9), _seed(2, passed=9, failures=("Suite.Broken",))]
+    failed = sim_level.judge([_seed(1)], [], BUILT, "log", expandable_runs=broken,
+                             no_expandable="")
+    assert failed.status == FAIL
+    assert failed.detail.startswith("with expandable_segments:True: 1 of 2 seeds failed; seed 2")
+    # Asked for and not run: no pass.
+    missing = sim_level.judge([_seed(1)], [], BUILT, "log", no_expandable="")
+    assert (missing.status, missing.detail) == (FAIL, "with expandable_segments:True: no seed "
+                                                      "to run")
+
+
+def test_expandable_segments_exist_from_pytorch_2_1(tmp_path: Path) -> None:
+    assert expandable.unavailable(tmp_path) == \
+        "this PyTorch has no expandable segments (they came in 2.1)"
+    (tmp_path / "c10" / "cuda").mkdir(parents=True)
+    (tmp_path / "c10" / "cuda" / "driver_api.h").write_text("")
+    assert expandable.unavailable(tmp_path) == ""
+    skipped = sim_level.judge([_seed(1)], [], BUILT, "log",
+                              no_expandable=expandable.unavailable(tmp_path / "none"))
+    assert skipped.status == PASS
+    assert skipped.facts["expandable_segments"] == {
+        "skipped": "this PyTorch has no expandable segments (they came in 2.1)"}
+
+
+def test_an_expandable_seed_runs_every_test_but_those_named_with_expandable_segments(
+        tmp_path: Path) -> None:
+    """The program gets the first pass's settings plus expandable segments, and a filter that
+    leaves out exactly the tests named with why; its log is its own."""
+    program = tmp_path / "lms_cuda_tests_sim"
+    program.write_text(
+        "#!/bin/sh\n"
+        f"echo \"$PYTORCH_CUDA_ALLOC_CONF $LMS_SIM_DEVICES $LMS_SIM_SEED $*\" > {tmp_path}/argv\n"
+        "out=${1#--gtest_output=json:}\n"
+        "echo '{\"testsuites\": [{\"name\": \"S\", \"testsuite\": "
+        "[{\"name\": \"T\", \"result\": \"COMPLETED\", \"status\": \"RUN\"}]}]}' > $out\n")
+    program.chmod(0o755)
+    run = sim_level.run_expandable_seed(program, 2, tmp_path)
+    assert run.problem == "" and run.report is not None and run.report.passed == 1
+    assert run.log == tmp_path / "core-sim.expandable-seed-2.log"
+    words = (tmp_path / "argv").read_text().split()
+    assert words[:3] == ["expandable_segments:True", "2", "2"]
+    assert words[-1] == "--gtest_filter=-" + ":".join(expandable.NOT_RUN)
+    assert "--gtest_random_seed=2" in words

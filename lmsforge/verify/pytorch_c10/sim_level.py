@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 from lmsforge.errors import CheckFailed, UsageError
 from lmsforge.verify.levels import (FAIL, PASS, SKIPPED, LevelContext,
                                     LevelResult, Timer)
-from lmsforge.verify.pytorch_c10 import build, plan_build, sim_seeds
+from lmsforge.verify.pytorch_c10 import build, expandable, plan_build, sim_seeds
 from lmsforge.verify.pytorch_c10.process import run_logged
 from lmsforge.verify.pytorch_c10.sim_seeds import SeedRun
 
@@ -122,6 +122,14 @@ def run_seed(binary: Path, seed: int, work_dir: Path, tests: Sequence[str] = ())
                               timeout=seed_timeout(), tests=tests)
 
 
+def run_expandable_seed(binary: Path, seed: int, work_dir: Path) -> SeedRun:
+    """One run of the CUDA tests under SEED with expandable segments on, but those of
+    expandable.NOT_RUN."""
+    return sim_seeds.run_seed(binary, seed, expandable.env_for(env_for(seed)), work_dir,
+                              kind="CUDA", timeout=seed_timeout(),
+                              excluded=list(expandable.NOT_RUN), name="expandable-seed")
+
+
 def run_benchmark(binary: Path, name: str, seed: int, work_dir: Path,
                   env: dict[str, str] | None = None) -> BenchRun:
     """One benchmark in its short mode under SEED (ENV: the simulator's settings, if not this
@@ -181,9 +189,18 @@ def run(ctx: LevelContext, build_dir: Path,
     runs = sim_seeds.run_seeds(
         seeds, lambda seed: run_seed(binary, seed, ctx.work_dir, ctx.sim_tests),
         at_once=sim_seeds.seeds_at_once(ctx.jobs), say=ctx.say, program=suite.target)
+    no_expandable = ("only some tests were asked for" if ctx.sim_tests
+                     else expandable.unavailable(ctx.tree))
+    expandable_runs: list[SeedRun] = []
+    if not no_expandable and not any(run.problem for run in runs):
+        expandable_runs = sim_seeds.run_seeds(
+            list(expandable.SEEDS), lambda seed: run_expandable_seed(binary, seed, ctx.work_dir),
+            at_once=sim_seeds.seeds_at_once(ctx.jobs), say=ctx.say,
+            program=f"{suite.target} with {expandable.ALLOC_CONF}")
     bench_runs = []
     # The benchmarks check data the tests already found wrong: not worth their time then.
-    for program, name in benchmarks if not any(run.problem for run in runs) else ():
+    for program, name in (benchmarks if not any(run.problem for run in [*runs, *expandable_runs])
+                          else ()):
         ctx.say(f"{LEVEL}: {program} --short")
         bench_runs.append(run_benchmark(build_dir / "bench" / program, name, seeds[0],
                                         ctx.work_dir))
@@ -194,7 +211,8 @@ def run(ctx: LevelContext, build_dir: Path,
     elif no_models and benchmarks:
         ctx.say(f"{LEVEL}: model benchmarks skipped: {no_models}")
     return judge(runs, bench_runs, built, log=str(built.log), no_benchmarks=no_benchmarks,
-                 only=ctx.sim_tests, models=models)
+                 only=ctx.sim_tests, models=models, expandable_runs=expandable_runs,
+                 no_expandable=no_expandable)
 
 
 def model_benchmarks_unavailable(tag: str) -> str:
@@ -233,8 +251,10 @@ def run_model_benchmarks(program: Path, work: Path, say: Callable[[str], None]) 
 
 def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.BuildResult,
           log: str, no_benchmarks: str = "", only: Sequence[str] = (),
-          models: dict[str, Any] | None = None) -> LevelResult:
-    """PASS only when every seed ran every test and passed, and every benchmark checked its
+          models: dict[str, Any] | None = None, expandable_runs: Sequence[SeedRun] = (),
+          no_expandable: str = "not run") -> LevelResult:
+    """PASS only when every seed ran every test and passed, with expandable segments too
+    (EXPANDABLE_RUNS; NO_EXPANDABLE says why there are none), and every benchmark checked its
     data; a failure names the first failing seed and how to replay it. A run of ONLY some
     tests that all passed is no pass of the level: it is reported skipped, with why."""
     facts: dict[str, object] = {
@@ -242,10 +262,20 @@ def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.
         "benchmarks": {run.name: run.to_json() for run in bench_runs},
         "model_benchmarks": models or {},
         "tus_compiled": built.tus, "build_seconds": round(built.seconds, 1),
-        "test_seconds": round(sum(run.seconds for run in runs), 1)}
+        "test_seconds": round(sum(run.seconds for run in [*runs, *expandable_runs]), 1),
+        "expandable_segments": (
+            {"skipped": no_expandable} if no_expandable else
+            {"alloc_conf": expandable.ALLOC_CONF, "seeds": [run.to_json() for run in
+                                                            expandable_runs],
+             "not_run": dict(expandable.NOT_RUN)})}
     failure = sim_seeds.seeds_failed(runs, facts, log)
     if failure is not None:
         return failure
+    if not no_expandable:
+        failure = sim_seeds.seeds_failed(expandable_runs, facts, log)
+        if failure is not None:
+            return LevelResult(LEVEL, FAIL, facts=facts, log=log,
+                               detail=f"with {expandable.ALLOC_CONF}: {failure.detail}")
     bench_failed = [run for run in bench_runs if run.problem]
     if bench_failed:
         return LevelResult(LEVEL, FAIL, facts=facts, log=log,
@@ -260,6 +290,11 @@ def judge(runs: Sequence[SeedRun], bench_runs: Sequence[BenchRun], built: build.
                                   f"under each of {len(runs)} seeds; the level passes only "
                                   f"when every test and both benchmarks run")
     detail = f"{passed} CUDA tests passed under each of {len(runs)} seeds"
+    if expandable_runs:
+        detail += (f", {expandable_runs[0].report.passed if expandable_runs[0].report else 0} "
+                   f"of them again with {expandable.ALLOC_CONF} under each of "
+                   f"{len(expandable_runs)} ({len(expandable.NOT_RUN)} not run there: "
+                   f"docs/core-sim.md)")
     if bench_runs:
         detail += "; both benchmarks' data checks passed"
         efficiency = next((run.figures["bound_efficiency"] for run in bench_runs

@@ -40,28 +40,37 @@ def order_args(seed: int) -> list[str]:
     return ["--gtest_shuffle", f"--gtest_random_seed={seed}"]
 
 
+def gtest_filter(tests: Sequence[str] = (), excluded: Sequence[str] = ()) -> list[str]:
+    """googletest's filter for only TESTS, or for all but EXCLUDED; none for all."""
+    if tests:
+        return [f"--gtest_filter={':'.join(tests)}"]
+    return [f"--gtest_filter=-{':'.join(excluded)}"] if excluded else []
+
+
 def replay_command(env: Mapping[str, str], binary: Path, seed: int,
-                   tests: Sequence[str] = ()) -> str:
+                   tests: Sequence[str] = (), excluded: Sequence[str] = ()) -> str:
     """The command that runs SEED's tests again, in its order; with TESTS, only those (in the
     order googletest shuffles them to: a failure that needs a test before it replays without
-    the filter)."""
+    the filter); with EXCLUDED, all but those."""
     settings = " ".join(f"{key}={value}" for key, value in env.items())
-    filter_arg = f" --gtest_filter={':'.join(tests)}" if tests else ""
-    return f"{settings} {binary} {' '.join(order_args(seed))}{filter_arg}"
+    return " ".join([f"{settings} {binary}", *order_args(seed), *gtest_filter(tests, excluded)])
 
 
 def run_seed(binary: Path, seed: int, env: Mapping[str, str], work_dir: Path, *, kind: str,
-             timeout: float, tests: Sequence[str] = ()) -> SeedRun:
-    """One run of BINARY's tests (all, or only TESTS) under ENV, which names the seed; KIND
-    ("CUDA", "GPU") is what the skip message calls the tests."""
-    log = work_dir / f"{LEVEL}.seed-{seed}.log"
+             timeout: float, tests: Sequence[str] = (), excluded: Sequence[str] = (),
+             name: str = "seed") -> SeedRun:
+    """One run of BINARY's tests (all, only TESTS, or all but EXCLUDED) under ENV, which names
+    the seed; KIND ("CUDA", "GPU") is what the skip message calls the tests. Its log is
+    core-sim.NAME-SEED.log."""
+    log = work_dir / f"{LEVEL}.{name}-{seed}.log"
     started = time.monotonic()
-    extra_args = order_args(seed) + ([f"--gtest_filter={':'.join(tests)}"] if tests else [])
+    extra_args = order_args(seed) + gtest_filter(tests, excluded)
     try:
         run = gtest.run_gtest(binary, log=log, json_path=log.with_suffix(".json"),
                               extra_args=extra_args, timeout=timeout, env=dict(env))
     except CheckFailed as error:  # a crash or a hang
-        return SeedRun(seed, None, f"{error}; replay: {replay_command(env, binary, seed)}",
+        return SeedRun(seed, None,
+                       f"{error}; replay: {replay_command(env, binary, seed, tests, excluded)}",
                        time.monotonic() - started, log)
     report = run.report
     problem = ""
