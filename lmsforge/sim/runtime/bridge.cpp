@@ -295,14 +295,10 @@ namespace {
 
 constexpr int kHandleDeviceShift = 56;
 
-// The device whose range holds `pointer`, or -1.
+// The device whose range holds `pointer` (the runtime's own lookup), or -1.
 int owner_of(lms_sim::Runtime& runtime, const void* pointer) {
-  for (int index = 0; index < runtime.device_count(); ++index) {
-    if (runtime.device(index).arena.owns_address(pointer)) {
-      return index;
-    }
-  }
-  return -1;
+  lms_sim::Place place = runtime.locate(pointer, 0);
+  return place.kind == lms_sim::Place::kDevice ? place.device : -1;
 }
 
 int handle_device(uint64_t handle) {
