@@ -30,7 +30,6 @@ NOT_RUN: Mapping[str, str] = {
     "LargeModelSupportCudaTest.PageOutWaitsForRecordStreamUses": _PAGES,
     "LargeModelSupportCudaTest.HostLimitDoesNotEndTheAllocatorsOwnSteps":
         "it checks the bytes cudaMalloc segments reserve (56 MiB); 20 MiB pages reserve 60",
-    "LargeModelSupportCudaTest.ReclaimInactiveFreesNoMemoryUnderAStorageLock": _PAGES,
     "LargeModelSupportCudaTest.AnAllocationRacingAPageOutAheadWaitsForItsCopy": _PAGES,
     "LargeModelSupportCudaTest.AStorageAllocatedOnADestroyedExternalStreamIsPagedInAhead":
         _DESTROYED,
