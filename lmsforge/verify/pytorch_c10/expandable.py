@@ -4,7 +4,7 @@ PyTorch's own out-of-memory message recommends. The allocator then maps 2 and 20
 physical memory into one reserved range per stream and pool through the driver's virtual
 memory API, which the simulator models (``lmsforge/sim/README.md``, "Driver front end").
 
-A few tests do not run in this pass; each is named with why (``docs/core-sim.md``,
+Three tests do not run in this pass; each is named with why (``docs/core-sim.md``,
 "Expandable segments"). The rest must pass under each seed, as in the first pass.
 """
 
@@ -16,10 +16,6 @@ from typing import Mapping
 ALLOC_CONF = "expandable_segments:True"
 SEEDS = (1, 2)
 
-# Tests sized for cudaMalloc segments: with 20 MiB pages their limit holds less than they
-# need, and they end in an out-of-memory error that is right for that limit.
-_PAGES = ("its limit is sized for cudaMalloc segments; mapped in 20 MiB pages its storages "
-          "need more, and it ends in an honest out-of-memory error")
 # Upstream's ExpandableSegment::unmapHandles synchronises the stream its segment was made for:
 # destroying a stream that made tensors is undefined behaviour with expandable segments, LMS or
 # not (the fuzzer keeps its external streams until its end in this pass).
@@ -27,10 +23,6 @@ _DESTROYED = ("it destroys an external stream that made tensors, which expandabl
               "synchronise later when they unmap their pages: undefined behaviour upstream, "
               "with or without LMS")
 NOT_RUN: Mapping[str, str] = {
-    "LargeModelSupportCudaTest.PageOutWaitsForRecordStreamUses": _PAGES,
-    "LargeModelSupportCudaTest.HostLimitDoesNotEndTheAllocatorsOwnSteps":
-        "it checks the bytes cudaMalloc segments reserve (56 MiB); 20 MiB pages reserve 60",
-    "LargeModelSupportCudaTest.AnAllocationRacingAPageOutAheadWaitsForItsCopy": _PAGES,
     "LargeModelSupportCudaTest.AStorageAllocatedOnADestroyedExternalStreamIsPagedInAhead":
         _DESTROYED,
     "LargeModelSupportCudaTest.APrefetchForADestroyedExternalStreamIsFreedWithoutIt": _DESTROYED,
