@@ -397,6 +397,23 @@ def test_expandable_segments_exist_from_pytorch_2_1(tmp_path: Path) -> None:
         "skipped": "this PyTorch has no expandable segments (they came in 2.1)"}
 
 
+def test_the_expandable_pass_says_why_it_did_not_run(tmp_path: Path) -> None:
+    (tmp_path / "c10" / "cuda").mkdir(parents=True)
+    (tmp_path / "c10" / "cuda" / "driver_api.h").write_text("")
+    assert sim_level.expandable_skip_reason((), tmp_path, [_seed(1), _seed(2)]) == ""
+    assert sim_level.expandable_skip_reason(("A.B",), tmp_path, [_seed(1)]) == \
+        "only some tests were asked for"
+    failed = [_seed(1), _seed(2, failures=("A.B",))]
+    reason = sim_level.expandable_skip_reason((), tmp_path, failed)
+    assert reason == "the first pass failed"
+    assert sim_level.expandable_skip_reason((), tmp_path / "none", [_seed(1)]) == \
+        "this PyTorch has no expandable segments (they came in 2.1)"
+    # The first pass's failure is the verdict; the facts say the second pass did not run.
+    result = sim_level.judge(failed, [], BUILT, "log", no_expandable=reason)
+    assert result.status == FAIL and "seed 2" in result.detail
+    assert result.facts["expandable_segments"] == {"skipped": "the first pass failed"}
+
+
 def test_an_expandable_seed_runs_every_test_but_those_named_with_expandable_segments(
         tmp_path: Path) -> None:
     """The program gets the first pass's settings plus expandable segments, and a filter that

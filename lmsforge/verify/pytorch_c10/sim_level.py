@@ -130,6 +130,18 @@ def run_expandable_seed(binary: Path, seed: int, work_dir: Path) -> SeedRun:
                               excluded=list(expandable.NOT_RUN), name="expandable-seed")
 
 
+def expandable_skip_reason(only: Sequence[str], tree: Path,
+                           first_pass: Sequence[SeedRun]) -> str:
+    """Why the expandable-segments pass does not run, or "": ONLY some tests were asked for,
+    TREE's PyTorch has no expandable segments, or the FIRST_PASS failed (that failure is the
+    level's, and the facts say the pass did not run rather than show it with no seed)."""
+    if only:
+        return "only some tests were asked for"
+    if any(run.problem for run in first_pass):
+        return "the first pass failed"
+    return expandable.unavailable(tree)
+
+
 def run_benchmark(binary: Path, name: str, seed: int, work_dir: Path,
                   env: dict[str, str] | None = None) -> BenchRun:
     """One benchmark in its short mode under SEED (ENV: the simulator's settings, if not this
@@ -189,10 +201,9 @@ def run(ctx: LevelContext, build_dir: Path,
     runs = sim_seeds.run_seeds(
         seeds, lambda seed: run_seed(binary, seed, ctx.work_dir, ctx.sim_tests),
         at_once=sim_seeds.seeds_at_once(ctx.jobs), say=ctx.say, program=suite.target)
-    no_expandable = ("only some tests were asked for" if ctx.sim_tests
-                     else expandable.unavailable(ctx.tree))
+    no_expandable = expandable_skip_reason(ctx.sim_tests, ctx.tree, runs)
     expandable_runs: list[SeedRun] = []
-    if not no_expandable and not any(run.problem for run in runs):
+    if not no_expandable:
         expandable_runs = sim_seeds.run_seeds(
             list(expandable.SEEDS), lambda seed: run_expandable_seed(binary, seed, ctx.work_dir),
             at_once=sim_seeds.seeds_at_once(ctx.jobs), say=ctx.say,
