@@ -17,9 +17,7 @@ import sys
 from pathlib import Path
 
 from lmsforge.plan import bound, clairvoyant, model_bench, profiles, replay, spec, trace
-
-ROWS = {"r2": ("resnet50", 2), "r4": ("resnet50", 4), "u2": ("unet3d", 2),
-        "g2": ("gpt2-medium", 2)}
+from recorded_replay import ROWS  # this folder's other script: the same rows
 WINDOW = 50  # operators a line
 NAMED = 15  # operators named where the replay waits longer
 
@@ -39,6 +37,12 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     verify, (model, fraction), replayed = Path(argv[0]), ROWS[argv[1]], Path(argv[2])
+    for needed in (verify / "models" / "report.json", replayed):
+        if not needed.is_file():
+            print(f"{needed} does not exist: give a verify folder the core-sim level left and "
+                  "a replay's JSON (recorded_replay.py prints where it keeps them)",
+                  file=sys.stderr)
+            return 2
     sizes = {name: (sample, batch) for name, sample, batch in model_bench.MODELS}
     report = json.loads((verify / "models" / "report.json").read_text())
     peak = next(m["peak_without_lms_bytes"] for m in report["models"] if m["model"] == model)
