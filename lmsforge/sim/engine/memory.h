@@ -16,10 +16,12 @@
 // kind. Reserving addresses costs no capacity; physical memory does, from its
 // creation until it is both released and unmapped. Bytes are reachable only
 // where physical memory is mapped and access was set; a range may span
-// adjacent mappings, as a block of an expandable segment does. A mapping
-// starts poisoned and its bytes go with its unmapping: the simulator keeps no
-// contents for unmapped physical memory, so mapping one handle a second time
-// is refused as unmodelled (PyTorch maps each handle once).
+// adjacent mappings, as a block of an expandable segment does. The bytes
+// belong to the physical memory, as on a GPU: new physical memory is
+// poisoned at its first mapping, keeps its bytes while unmapped, and a handle
+// may be mapped at several addresses at once (the CUDA programming guide's
+// "virtual aliasing"), each showing the same bytes. Physical memory lives in
+// one memory file per device, mapped into the shadow where it is mapped.
 
 #include "status.h"
 
@@ -63,9 +65,6 @@ class DeviceArena {
   Status map(void* ptr, size_t bytes, uint64_t handle);
   Status set_access(void* ptr, size_t bytes);
   Status unmap(void* ptr, size_t bytes);
-  // Whether `handle` was mapped once and unmapped since (a second mapping is
-  // not modelled).
-  bool was_mapped(uint64_t handle) const;
 
  private:
   bool place_locked(size_t bytes, size_t* offset);
@@ -105,12 +104,21 @@ class DeviceArena {
   std::map<size_t, Mapping> mappings_;  // by offset
   struct Physical {
     size_t bytes;
-    bool mapped;
+    size_t file_offset;  // where its bytes are in physical_file_
+    unsigned mappings;   // addresses it is mapped at now
     bool released;
-    bool was_mapped;
+    bool poisoned;       // filled with poison at its first mapping
   };
   std::map<uint64_t, Physical> physical_;
   uint64_t next_handle_ = 1;
+  // The memory file (memfd) that holds physical memory's bytes, twice the
+  // capacity long and sparse; its free ranges, offset -> bytes.
+  int physical_file_ = -1;
+  std::map<size_t, size_t> file_free_;
+  bool take_file_range_locked(size_t bytes, size_t* offset);
+  void give_back_file_range_locked(size_t offset, size_t bytes);
+  // Forgets physical memory released and mapped nowhere.
+  void drop_if_unused_locked(std::map<uint64_t, Physical>::iterator physical);
 };
 
 // cudaHostAlloc memory: real host memory the program may touch, counted

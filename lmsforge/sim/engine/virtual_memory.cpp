@@ -6,9 +6,15 @@
 
 #include "ranges.h"
 
+#include "errors.h"
+
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 namespace lms_sim {
 
@@ -107,17 +113,71 @@ Status DeviceArena::free_addresses(void* ptr, size_t bytes) {
   return kSuccess;
 }
 
+bool DeviceArena::take_file_range_locked(size_t bytes, size_t* offset) {
+  if (physical_file_ < 0) {
+    // Twice the capacity: first fit over ranges of mixed sizes never runs out
+    // while the capacity holds. Sparse: only bytes written take host memory.
+    size_t length = 2 * capacity_;
+    physical_file_ = memfd_create("lms_cuda_sim physical memory", MFD_CLOEXEC);
+    if (physical_file_ < 0 || ftruncate(physical_file_, static_cast<off_t>(length)) != 0) {
+      report("cannot make a memory file of " + std::to_string(length >> 20) +
+             " MiB for the device's physical memory");
+      std::abort();
+    }
+    file_free_[0] = length;
+  }
+  for (auto it = file_free_.begin(); it != file_free_.end(); ++it) {
+    if (it->second >= bytes) {
+      *offset = it->first;
+      if (it->second > bytes) {
+        file_free_[it->first + bytes] = it->second - bytes;
+      }
+      file_free_.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+void DeviceArena::give_back_file_range_locked(size_t offset, size_t bytes) {
+  // Its bytes go: the host memory behind them is freed.
+  fallocate(physical_file_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+            static_cast<off_t>(offset), static_cast<off_t>(bytes));
+  auto next = file_free_.lower_bound(offset);
+  if (next != file_free_.end() && next->first == offset + bytes) {
+    bytes += next->second;
+    next = file_free_.erase(next);
+  }
+  if (next != file_free_.begin()) {
+    auto before = std::prev(next);
+    if (before->first + before->second == offset) {
+      before->second += bytes;
+      return;
+    }
+  }
+  file_free_[offset] = bytes;
+}
+
+void DeviceArena::drop_if_unused_locked(std::map<uint64_t, Physical>::iterator physical) {
+  if (physical->second.released && physical->second.mappings == 0) {
+    used_ -= physical->second.bytes;
+    give_back_file_range_locked(physical->second.file_offset, physical->second.bytes);
+    physical_.erase(physical);
+  }
+}
+
 Status DeviceArena::create_physical(size_t bytes, uint64_t* handle) {
   if (bytes == 0 || bytes % kGranule != 0 || handle == nullptr) {
     return kErrorInvalidValue;
   }
   std::lock_guard<std::mutex> guard(mutex_);
-  if (used_ + bytes > capacity_) {
+  size_t file_offset = 0;
+  if (used_ + bytes > capacity_ || !take_file_range_locked(bytes, &file_offset)) {
     return kErrorMemoryAllocation;
   }
   used_ += bytes;
   *handle = next_handle_++;
-  physical_[*handle] = Physical{bytes, false, false, false};
+  physical_[*handle] = Physical{bytes, file_offset, 0, false, false};
   return kSuccess;
 }
 
@@ -128,18 +188,9 @@ Status DeviceArena::release_physical(uint64_t handle) {
     return kErrorInvalidValue;
   }
   found->second.released = true;
-  // Still mapped: the memory goes back at its unmapping, as in CUDA.
-  if (!found->second.mapped) {
-    used_ -= found->second.bytes;
-    physical_.erase(found);
-  }
+  // Still mapped: the memory goes back at its last unmapping, as in CUDA.
+  drop_if_unused_locked(found);
   return kSuccess;
-}
-
-bool DeviceArena::was_mapped(uint64_t handle) const {
-  std::lock_guard<std::mutex> guard(mutex_);
-  auto found = physical_.find(handle);
-  return found != physical_.end() && found->second.was_mapped && !found->second.mapped;
 }
 
 Status DeviceArena::map(void* ptr, size_t bytes, uint64_t handle) {
@@ -147,12 +198,11 @@ Status DeviceArena::map(void* ptr, size_t bytes, uint64_t handle) {
   if (!vmm_offset(ptr, &offset)) {
     return kErrorInvalidValue;
   }
-  uint64_t salt = 0;
+  std::lock_guard<std::mutex> guard(mutex_);
   {
-    std::lock_guard<std::mutex> guard(mutex_);
     auto physical = physical_.find(handle);
     if (physical == physical_.end() || physical->second.released ||
-        physical->second.mapped || physical->second.bytes != bytes || offset % kGranule != 0) {
+        physical->second.bytes != bytes || offset % kGranule != 0) {
       return kErrorInvalidValue;
     }
     // Inside one reservation, over no other mapping.
@@ -174,13 +224,22 @@ Status DeviceArena::map(void* ptr, size_t bytes, uint64_t handle) {
         return kErrorInvalidValue;
       }
     }
-    physical->second.mapped = true;
-    physical->second.was_mapped = true;
+    // The shadow shows the physical memory's own bytes here, as it does at
+    // any other address the handle is mapped at.
+    if (mmap(vmm_shadow_ + offset, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+             physical_file_, static_cast<off_t>(physical->second.file_offset)) == MAP_FAILED) {
+      report("cannot map " + std::to_string(bytes >> 20) + " MiB of physical memory");
+      std::abort();
+    }
+    physical->second.mappings += 1;
     mappings_[offset] = Mapping{bytes, handle, false};
-    salt = (static_cast<uint64_t>(device_) << 48) ^ (uint64_t(1) << 47) ^ handle;
+    if (!physical->second.poisoned) {
+      // New physical memory holds nothing defined.
+      physical->second.poisoned = true;
+      fill_poison(vmm_shadow_ + offset, bytes,
+                  (static_cast<uint64_t>(device_) << 48) ^ (uint64_t(1) << 47) ^ handle);
+    }
   }
-  // New physical memory holds nothing defined.
-  fill_poison(vmm_shadow_ + offset, bytes, salt);
   return kSuccess;
 }
 
@@ -199,24 +258,24 @@ Status DeviceArena::set_access(void* ptr, size_t bytes) {
 
 Status DeviceArena::unmap(void* ptr, size_t bytes) {
   size_t offset = 0;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    if (!tiled_locked(ptr, bytes, &offset)) {
-      return kErrorInvalidValue;
-    }
-    auto it = mappings_.find(offset);
-    while (it != mappings_.end() && it->first < offset + bytes) {
-      auto physical = physical_.find(it->second.handle);
-      physical->second.mapped = false;
-      if (physical->second.released) {
-        used_ -= physical->second.bytes;
-        physical_.erase(physical);
-      }
-      it = mappings_.erase(it);
-    }
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (!tiled_locked(ptr, bytes, &offset)) {
+    return kErrorInvalidValue;
   }
-  // Unmapped, the range faults (view_mapped); its bytes go.
-  madvise(vmm_shadow_ + offset, bytes, MADV_DONTNEED);
+  // Unmapped, the range faults (view_mapped); the shadow there is private
+  // and empty again, and the physical memory keeps its bytes.
+  if (mmap(vmm_shadow_ + offset, bytes, PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED) {
+    report("cannot unmap " + std::to_string(bytes >> 20) + " MiB of physical memory");
+    std::abort();
+  }
+  auto it = mappings_.find(offset);
+  while (it != mappings_.end() && it->first < offset + bytes) {
+    auto physical = physical_.find(it->second.handle);
+    physical->second.mappings -= 1;
+    drop_if_unused_locked(physical);
+    it = mappings_.erase(it);
+  }
   return kSuccess;
 }
 

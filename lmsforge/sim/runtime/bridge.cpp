@@ -360,11 +360,7 @@ Status vmm_map(void* pointer, size_t bytes, uint64_t handle) {
     if (device != handle_device(handle)) {
       not_simulated("cuMemMap", "memory of one device mapped into another's addresses");
     }
-    lms_sim::DeviceArena& arena = runtime.device(device).arena;
-    if (arena.was_mapped(local_handle(handle))) {
-      not_simulated("cuMemMap", "a handle mapped a second time (its contents are not kept)");
-    }
-    return arena.map(pointer, bytes, local_handle(handle));
+    return runtime.device(device).arena.map(pointer, bytes, local_handle(handle));
   });
 }
 

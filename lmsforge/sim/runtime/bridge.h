@@ -77,8 +77,8 @@ Status fill(void* dst, uint32_t value, size_t width, size_t count, void* stream,
 
 // The driver's virtual memory API over the device arenas (engine/memory.h): addresses
 // from the calling thread's current device's range, physical memory of `device`
-// (its number in a handle's top byte). A range and a handle of two devices, or a
-// handle mapped a second time, are not modelled and end the process.
+// (its number in a handle's top byte). A range and a handle of two devices are not
+// modelled and end the process; a handle may be mapped at several addresses.
 Status vmm_reserve(void** pointer, size_t bytes);
 Status vmm_free(void* pointer, size_t bytes);
 Status vmm_create(uint64_t* handle, size_t bytes, int device);
