@@ -11,7 +11,7 @@ ResNet-50 at 1/2 and 1/4 of its peak without LMS, u2 the 3D U-Net at 1/2, g2 GPT
 lms_swapout_threshold:1.0. Each replay is the benchmark's recorded replay (8 steps, a boundary before each, seed 1)
 and prints the reported step, every step, the bytes moved, the peaks and the waits.
 The environment passes through to the replay program, so a throwaway build with an
-experiment's switches (perfect-placement.patch reads EXP_SLACK, EXP_ROOM and EXP_LEAD_IN) is
+experiment's switches (allocator-experiments.patch reads EXP_SLACK, EXP_UNMAP, EXP_ROOM...) is
 driven from here. Every figure is SIMULATED.
 """
 
