@@ -22,7 +22,7 @@ from lmsforge.verify.tensorflow_tf import inputs as tf_inputs
 
 pytestmark = pytest.mark.slow
 
-DRIVER_TESTS = 15
+DRIVER_TESTS = 16
 WHEEL_CUDA_VERSION = 11080  # CUDA_VERSION in the wheel's third_party/gpus/cuda/include/cuda.h
 
 

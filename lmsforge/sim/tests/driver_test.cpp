@@ -635,6 +635,9 @@ TEST_F(Driver, AHandleMappedAtTwoAddressesHoldsOneSetOfBytes) {
   CU_OK(cuMemMap(base + kPage, kPage, 0, handle, 0));
   set_access(base + kPage, kPage, 0);
   CU_OK(cuMemcpyHtoD(base + kPage, words.data(), kPage));
+  // A copy from pageable memory returns once its source is staged; an unmap
+  // does not wait for the copy (the simulator's seeded delays hold it back).
+  CU_OK(cuCtxSynchronize());
   CU_OK(cuMemUnmap(base + kPage, kPage));
   CU_OK(cuMemMap(base + 3 * kPage, kPage, 0, handle, 0));
   set_access(base + 3 * kPage, kPage, 0);
